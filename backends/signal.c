@@ -1,0 +1,222 @@
+/*
+ * signal.c — the "signal" backend: one POSIX timer per native thread
+ * (timer_create(CLOCK_MONOTONIC) with SIGEV_THREAD_ID to that thread), armed
+ * only while the thread holds its GVL (RESUMED -> SUSPENDED). The tick is a
+ * real-time signal delivered to the very thread that runs Ruby code; the
+ * handler only triggers the sampling job, which then runs on that thread,
+ * inside its own Ractor. No extra thread is woken per sample.
+ *
+ * SUSPENDED disarms the timer and keeps the time left to the next tick;
+ * RESUMED re-arms with that remainder, so ticks follow on-GVL time and a
+ * thread that switches often is not starved of ticks.
+ *
+ * Contexts: on_signal is a signal handler (async-signal-safe calls only:
+ * TLS reads, atomics, the engine's tick); start/stop run with the GVL held;
+ * thread_resumed/thread_suspended run in thread hooks on the thread itself
+ * (no Ruby API); the key destructor runs when a native thread exits;
+ * after_fork_child runs inside fork() in the child.
+ *
+ * Stop: timers are deleted, then the signal's action is set to SIG_IGN
+ * (which discards instances still pending on any thread, POSIX
+ * sigaction()), and only then the previous action is restored — so no late
+ * tick can reach a thread with the default (fatal) action.
+ */
+#include "rperf_backend.h"
+#include "rperf_core.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct nt_timer {
+    timer_t timer;
+    uint64_t gen;              /* run generation the timer belongs to */
+    struct itimerspec left;    /* remainder kept across SUSPENDED */
+    struct nt_timer *next;     /* registry of live timers (under lock) */
+    int registered;
+} nt_timer_t;
+
+/* initial-exec TLS: see core/thread_state.c for why. */
+static _Thread_local nt_timer_t tls __attribute__((tls_model("initial-exec")));
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static nt_timer_t *timers;         /* under lock */
+static pthread_key_t exit_key;
+static pthread_once_t key_once = PTHREAD_ONCE_INIT;
+static _Atomic int running;
+static _Atomic uint64_t gen;
+static int signo;
+static int64_t interval_ns;
+static struct sigaction old_action;
+
+/* ---- signal handler ------------------------------------------------------- */
+
+static void on_signal(int sig, siginfo_t *info, void *uc)
+{
+    (void)sig;
+    (void)info;
+    (void)uc;
+    int saved = errno;
+    if (atomic_load_explicit(&running, memory_order_relaxed) &&
+        rperf_current_thread_sigsafe() != NULL)
+        rperf_engine_tick_sigsafe();
+    errno = saved;
+}
+
+/* ---- per-native-thread timers (thread hooks; no Ruby API) ---------------- */
+
+static void unregister_locked(nt_timer_t *t)
+{
+    for (nt_timer_t **p = &timers; *p; p = &(*p)->next) {
+        if (*p == t) {
+            *p = t->next;
+            break;
+        }
+    }
+    t->registered = 0;
+}
+
+/* The native thread exits: delete its timer (its TLS dies with it). */
+static void on_thread_exit(void *arg)
+{
+    nt_timer_t *t = arg;
+    pthread_mutex_lock(&lock);
+    if (t->registered) {
+        timer_delete(t->timer);
+        unregister_locked(t);
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+static void make_key(void) { pthread_key_create(&exit_key, on_thread_exit); }
+
+static struct itimerspec period(void)
+{
+    struct itimerspec its;
+    its.it_interval.tv_sec = (time_t)(interval_ns / 1000000000LL);
+    its.it_interval.tv_nsec = (long)(interval_ns % 1000000000LL);
+    its.it_value = its.it_interval;
+    return its;
+}
+
+static int ensure_timer(nt_timer_t *t)
+{
+    uint64_t g = atomic_load(&gen);
+    if (t->registered && t->gen == g) return 0;
+    pthread_once(&key_once, make_key);
+    struct sigevent sev;
+    memset(&sev, 0, sizeof(sev));
+    sev.sigev_notify = SIGEV_THREAD_ID;
+    sev.sigev_signo = signo;
+    sev._sigev_un._tid = (pid_t)syscall(SYS_gettid);
+    pthread_mutex_lock(&lock);
+    if (t->registered) {               /* from an earlier run */
+        timer_delete(t->timer);
+        unregister_locked(t);
+    }
+    if (!atomic_load(&running) || timer_create(CLOCK_MONOTONIC, &sev, &t->timer) != 0) {
+        pthread_mutex_unlock(&lock);
+        return -1;
+    }
+    t->gen = g;
+    t->registered = 1;
+    t->next = timers;
+    timers = t;
+    memset(&t->left, 0, sizeof(t->left));
+    pthread_mutex_unlock(&lock);
+    pthread_setspecific(exit_key, t);
+    return 0;
+}
+
+static void thread_resumed(void)
+{
+    nt_timer_t *t = &tls;
+    if (!atomic_load_explicit(&running, memory_order_relaxed)) return;
+    if (ensure_timer(t) < 0) return;
+    struct itimerspec its = period();
+    if (t->left.it_value.tv_sec || t->left.it_value.tv_nsec) its.it_value = t->left.it_value;
+    timer_settime(t->timer, 0, &its, NULL);
+}
+
+static void thread_suspended(void)
+{
+    nt_timer_t *t = &tls;
+    if (!t->registered || t->gen != atomic_load(&gen)) return;
+    struct itimerspec off;
+    memset(&off, 0, sizeof(off));
+    /* disarm and keep the time left to the next tick, in one call */
+    timer_settime(t->timer, 0, &off, &t->left);
+}
+
+/* ---- lifecycle (GVL held) -------------------------------------------------- */
+
+static int sig_start(const rperf_backend_config_t *cfg, char *err, size_t errlen)
+{
+    signo = cfg->signo > 0 ? cfg->signo : SIGRTMIN + 8;
+    interval_ns = cfg->interval_ns;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_sigaction = on_signal;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(signo, &sa, &old_action) != 0) {
+        snprintf(err, errlen, "rperf: failed to install the handler for signal %d: %s", signo,
+                 strerror(errno));
+        return -1;
+    }
+    atomic_fetch_add(&gen, 1);
+    atomic_store(&running, 1);
+    return 0;
+}
+
+static void sig_stop(void)
+{
+    atomic_store(&running, 0);
+    pthread_mutex_lock(&lock);
+    while (timers) {
+        nt_timer_t *t = timers;
+        timer_delete(t->timer);
+        unregister_locked(t);
+    }
+    pthread_mutex_unlock(&lock);
+    atomic_fetch_add(&gen, 1);
+    struct sigaction ign;
+    memset(&ign, 0, sizeof(ign));
+    ign.sa_handler = SIG_IGN;
+    sigemptyset(&ign.sa_mask);
+    sigaction(signo, &ign, NULL);        /* discards pending instances */
+    sigaction(signo, &old_action, NULL);
+}
+
+static void sig_after_fork_child(void)
+{
+    /* Timers are not inherited and the child's pending set is empty; the
+     * registry's entries point at other threads' TLS: forget them. */
+    atomic_store(&running, 0);
+    timers = NULL;
+    tls.registered = 0;
+    atomic_fetch_add(&gen, 1);
+    struct sigaction ign;
+    memset(&ign, 0, sizeof(ign));
+    ign.sa_handler = SIG_IGN;
+    sigemptyset(&ign.sa_mask);
+    sigaction(signo, &ign, NULL);
+    sigaction(signo, &old_action, NULL);
+}
+
+const rperf_backend_ops_t rperf_backend_signal = {
+    .version = RPERF_BACKEND_ABI_VERSION,
+    .name = "signal",
+    .description = "per-thread POSIX timers deliver a real-time signal to the thread holding the GVL",
+    .start = sig_start,
+    .stop = sig_stop,
+    .after_fork_child = sig_after_fork_child,
+    .thread_resumed = thread_resumed,
+    .thread_suspended = thread_suspended,
+};

@@ -1,0 +1,152 @@
+/*
+ * alloc.c — where all profiler memory comes from, and how much is in use.
+ *
+ * When jemalloc is already loaded in the process (LD_PRELOAD, or a Ruby built
+ * with it), memory comes from a private jemalloc arena through mallocx/
+ * sdallocx resolved with dlsym; otherwise from libc malloc. The extension is
+ * never linked with -ljemalloc (see docs/architecture.md, "Memory"): jemalloc
+ * cannot be dlopen'ed into a default process (static TLS), and pointers are
+ * never freed across allocators.
+ *
+ * Context: any thread except signal handlers (both allocators take locks).
+ */
+#include "core_internal.h"
+
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef void *(*mallocx_fn)(size_t, int);
+typedef void (*sdallocx_fn)(void *, size_t, int);
+typedef int (*mallctl_fn)(const char *, void *, size_t *, void *, size_t);
+
+static struct {
+    mallocx_fn mallocx;
+    sdallocx_fn sdallocx;
+    int flags;                 /* MALLOCX_ARENA(idx) | MALLOCX_TCACHE_NONE */
+    int use_jemalloc;
+    _Atomic size_t bytes;
+} A;
+
+/* jemalloc's flag encodings (jemalloc/jemalloc.h, stable ABI) */
+#define JE_MALLOCX_ARENA(a) ((int)(((unsigned)(a) + 1) << 20))
+#define JE_MALLOCX_TCACHE_NONE (((int)(-1 + 2)) << 8) /* MALLOCX_TCACHE(-1) */
+#define JE_MALLOCX_ZERO ((int)0x40)
+
+int rperf__alloc_init(void)
+{
+    void *h = dlopen("libjemalloc.so.2", RTLD_NOLOAD | RTLD_LAZY);
+    if (!h) return 0;
+    /* dlsym returns void*; converting to a function pointer is what POSIX
+     * requires dlsym users to do. */
+    mallocx_fn mx;
+    sdallocx_fn sdx;
+    mallctl_fn ctl;
+    *(void **)&mx = dlsym(h, "mallocx");
+    *(void **)&sdx = dlsym(h, "sdallocx");
+    *(void **)&ctl = dlsym(h, "mallctl");
+    if (!mx || !sdx || !ctl) return 0;
+    unsigned arena = 0;
+    size_t sz = sizeof(arena);
+    if (ctl("arenas.create", &arena, &sz, NULL, 0) != 0) return 0;
+    A.mallocx = mx;
+    A.sdallocx = sdx;
+    A.flags = JE_MALLOCX_ARENA(arena) | JE_MALLOCX_TCACHE_NONE;
+    A.use_jemalloc = 1;
+    return 0;
+}
+
+const char *rperf_engine_allocator(void)
+{
+    return A.use_jemalloc ? "jemalloc" : "libc";
+}
+
+size_t rperf_engine_memory_bytes(void)
+{
+    return atomic_load_explicit(&A.bytes, memory_order_relaxed);
+}
+
+void *rperf__alloc(size_t size)
+{
+    if (size == 0) size = 1;
+    void *p = A.use_jemalloc ? A.mallocx(size, A.flags) : malloc(size);
+    if (p) atomic_fetch_add_explicit(&A.bytes, size, memory_order_relaxed);
+    return p;
+}
+
+void *rperf__calloc(size_t n, size_t size)
+{
+    if (size && n > SIZE_MAX / size) return NULL;
+    size_t total = n * size;
+    if (total == 0) total = 1;
+    void *p;
+    if (A.use_jemalloc) {
+        p = A.mallocx(total, A.flags | JE_MALLOCX_ZERO);
+    } else {
+        p = calloc(1, total);
+    }
+    if (p) atomic_fetch_add_explicit(&A.bytes, total, memory_order_relaxed);
+    return p;
+}
+
+void rperf__free(void *p, size_t size)
+{
+    if (!p) return;
+    if (size == 0) size = 1;
+    atomic_fetch_sub_explicit(&A.bytes, size, memory_order_relaxed);
+    if (A.use_jemalloc) A.sdallocx(p, size, A.flags);
+    else free(p);
+}
+
+/* ---- ck_ht allocator: deferred frees go through the worker's epoch ------ */
+
+typedef struct deferred_block {
+    ck_epoch_entry_t entry;
+    size_t size;                     /* of the whole block, header included */
+} deferred_block_t;
+
+/* ck_ht's memory is prefixed with a header so a deferred free can be
+ * queued on the epoch without allocating. */
+static void *ck_alloc_cb(size_t size)
+{
+    deferred_block_t *b = rperf__alloc(sizeof(*b) + size);
+    if (!b) return NULL;
+    b->size = sizeof(*b) + size;
+    return b + 1;
+}
+
+static void deferred_free_cb(ck_epoch_entry_t *e)
+{
+    deferred_block_t *b = (deferred_block_t *)e;
+    rperf__free(b, b->size);
+}
+
+static void ck_free_cb(void *p, size_t size, bool defer)
+{
+    (void)size;
+    if (!p) return;
+    deferred_block_t *b = (deferred_block_t *)p - 1;
+    if (defer) {
+        /* worker only: the record is owned by the (single) writer */
+        ck_epoch_call(&rperf__epoch_worker, &b->entry, deferred_free_cb);
+    } else {
+        rperf__free(b, b->size);
+    }
+}
+
+static void *ck_realloc_cb(void *p, size_t old, size_t size, bool defer)
+{
+    void *n = ck_alloc_cb(size);
+    if (!n) return NULL;
+    if (p) {
+        memcpy(n, p, old < size ? old : size);
+        ck_free_cb(p, old, defer);
+    }
+    return n;
+}
+
+struct ck_malloc rperf__ck_allocator = {
+    .malloc = ck_alloc_cb,
+    .realloc = ck_realloc_cb,
+    .free = ck_free_cb,
+};

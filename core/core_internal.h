@@ -1,0 +1,186 @@
+/*
+ * core_internal.h — structures shared by the files of core/ only. Nothing
+ * outside core/ includes this header (see docs/architecture.md).
+ */
+#ifndef RPERF_CORE_INTERNAL_H
+#define RPERF_CORE_INTERNAL_H
+
+#include "rperf_core.h"
+#include "rperf_backend.h"
+
+#include <ck_epoch.h>
+#include <ck_ht.h>
+#include <ck_pr.h>
+#include <ck_ring.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
+
+/* ---- clocks (any context; clock_gettime is async-signal-safe) ---------- */
+
+static inline int64_t rperf__ns(clockid_t id)
+{
+    struct timespec ts;
+    if (clock_gettime(id, &ts) != 0) return -1;
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+static inline int64_t rperf__mono_ns(void) { return rperf__ns(CLOCK_MONOTONIC); }
+static inline int64_t rperf__native_cpu_ns(void) { return rperf__ns(CLOCK_THREAD_CPUTIME_ID); }
+
+/* ---- allocator (alloc.c; never in a signal handler) --------------------- */
+
+int rperf__alloc_init(void);
+void *rperf__alloc(size_t size);
+void *rperf__calloc(size_t n, size_t size);
+void rperf__free(void *p, size_t size);
+extern struct ck_malloc rperf__ck_allocator;   /* for ck_ht (frees deferred) */
+
+/* ---- per-native-thread state (initial-exec TLS, see thread_state.c) ----- */
+
+typedef struct rperf_nt {
+    rperf_thread_t *cur;     /* Ruby thread running here, or NULL */
+    uint64_t run_id;         /* run in which cur was set (stale otherwise) */
+    uint64_t switches;       /* RESUMED count on this native thread */
+    int32_t tid;
+} rperf_nt_t;
+
+rperf_nt_t *rperf__nt(void);
+
+/* ---- per-Ruby-thread state ---------------------------------------------- */
+
+struct rperf_thread {
+    /* identity */
+    uint32_t seq;
+    _Atomic uint32_t label_set_id;
+    int32_t native_tid;
+    uintptr_t handle;              /* Thread VALUE; cleared at EXITED */
+    uint64_t run_id;
+
+    /* clocks: written only by the thread itself (own context) */
+    int64_t cpu_acc;               /* on-GVL CPU ns of this Ruby thread */
+    int64_t cpu_mark;              /* native CPU clock at RESUMED, -1 off-GVL */
+    int64_t last_cpu;              /* cpu_acc-based time at the last sample */
+    int64_t last_wall;             /* monotonic time at the last sample */
+    int64_t susp_wall;             /* SUSPENDED time (0: none pending) */
+    int64_t susp_native_cpu;       /* native CPU clock at SUSPENDED */
+    uint64_t susp_switches;        /* nt->switches at SUSPENDED */
+    rperf_nt_t *susp_nt;           /* native thread at SUSPENDED */
+    _Atomic int64_t ready_wall;    /* READY (any thread) */
+    int64_t gc_enter_wall;
+    int64_t gc_enter_cpu;
+
+    /* ring: producer = the thread itself, consumer = the worker */
+    ck_ring_t ring;
+    ck_ring_buffer_t *buf;
+    uint32_t slots;
+    _Atomic uint64_t dropped;
+
+    /* consumer-side partial state (worker only) */
+    uintptr_t c_hdr[3];
+    int c_have_hdr;
+
+    /* lifecycle */
+    _Atomic int exited;
+    rperf_thread_t *_Atomic next;  /* registry list (push: CAS; unlink: worker) */
+    ck_epoch_entry_t epoch_entry;
+};
+
+/* ---- ring encoding (ring.c) --------------------------------------------- */
+
+/* A sample occupies 3 tagged header words followed by `depth` frame words.
+ * Tagged words have bit 0 set, frames never do (heap VALUEs are aligned),
+ * so the GC mark function can mark every untagged word of a live ring
+ * region without parsing it. */
+bool rperf__ring_push(rperf_thread_t *pt, rperf_sample_type_t type, int64_t weight,
+                      int64_t mono_ns, const rperf_frame_t *frames, int depth);
+typedef struct rperf_decoded {
+    rperf_sample_type_t type;
+    uint32_t label_set_id;
+    uint32_t depth;
+    int64_t weight;
+    int64_t mono_ns;
+} rperf_decoded_t;
+/* worker: drain complete samples from pt's ring; calls sink for each. */
+typedef void (*rperf_drain_sink)(rperf_thread_t *pt, const rperf_decoded_t *d,
+                                 const uint32_t *ids, void *ctx);
+size_t rperf__ring_drain(rperf_thread_t *pt, rperf_drain_sink sink, void *ctx);
+bool rperf__ring_idle(rperf_thread_t *pt);
+void rperf__ring_mark(rperf_thread_t *pt, void (*mark)(rperf_frame_t));
+int rperf__ring_init(rperf_thread_t *pt, uint32_t slots);
+void rperf__ring_free(rperf_thread_t *pt);
+
+/* ---- frame table (frame_table.c; writer: worker, readers: mark) --------- */
+
+int rperf__frames_init(void);
+void rperf__frames_destroy(void);
+/* worker: intern the value stored in *inflight (see ring.c), return its id. */
+uint32_t rperf__frames_intern(rperf_frame_t v);
+size_t rperf__frames_count(void);
+rperf_frame_t rperf__frames_at(uint32_t index);
+void rperf__frames_mark(void (*mark)(rperf_frame_t));
+extern rperf_frame_t volatile rperf__inflight;  /* worker's frame in transit */
+/* epoch: the worker's record (defer frees), the marker's record */
+extern ck_epoch_t rperf__epoch;
+extern ck_epoch_record_t rperf__epoch_worker;
+extern ck_epoch_record_t rperf__epoch_marker;
+void rperf__epoch_reset(void);
+
+/* ---- aggregation (aggregate.c; worker, or GVL thread when paused) ------- */
+
+int rperf__agg_init(bool aggregate);
+void rperf__agg_destroy(void);
+void rperf__agg_clear(void);
+int rperf__agg_add(const uint32_t *ids, uint32_t depth, int64_t weight,
+                   uint32_t thread_seq, uint32_t label_set_id, int64_t mono_ns);
+size_t rperf__agg_count(void);
+int rperf__agg_each(rperf_sample_cb cb, void *ctx);
+size_t rperf__raw_count(void);
+int rperf__raw_each(rperf_sample_cb cb, void *ctx, int64_t mono_to_real);
+size_t rperf__agg_memory(void);
+
+/* ---- threads registry (thread_state.c) ---------------------------------- */
+
+extern rperf_thread_t *_Atomic rperf__threads;  /* lock-free pushed list */
+void rperf__threads_free_all(bool detach);
+void rperf__gc_reset(void);
+void rperf__thread_retire(rperf_thread_t *prev, rperf_thread_t *pt);
+void rperf__thread_destroy(rperf_thread_t *pt);
+
+/* ---- worker (worker.c) -------------------------------------------------- */
+
+int rperf__worker_start(void);
+void rperf__worker_stop(void);          /* final drain + join */
+void rperf__worker_pause(void);
+void rperf__worker_resume(void);
+void rperf__worker_wake(void);          /* own: a ring passed high water */
+void rperf__worker_drain_all(void);     /* worker, or with worker parked */
+void rperf__worker_fork_prepare(void);
+void rperf__worker_fork_parent(void);
+void rperf__worker_fork_child(void);
+
+/* ---- engine globals (engine.c) ------------------------------------------ */
+
+typedef struct rperf_engine {
+    rperf_host_t host;
+    rperf_config_t cfg;
+    _Atomic int running;
+    _Atomic int inflight;               /* jobs/hooks inside enter/leave */
+    _Atomic int has_results;
+    _Atomic int fork_reset_needed;
+    uint64_t run_id;
+    int64_t interval_ns;
+
+    _Atomic uint64_t trigger_count;
+    _Atomic uint64_t sampling_count;
+    _Atomic uint64_t sampling_time_ns;
+    _Atomic uint64_t dropped_retired;   /* drops of threads already freed */
+    _Atomic uint64_t timer_overruns;
+    _Atomic uint32_t thread_seq;
+    int64_t start_real_ns;
+    int64_t start_mono_ns;
+} rperf_engine_t;
+
+extern rperf_engine_t rperf__engine;
+
+
+#endif

@@ -1,0 +1,238 @@
+/*
+ * engine.c — the engine's lifecycle: init, start, stop, snapshot
+ * pause/resume, release, fork handling, counters, the GC mark entry point
+ * and result iteration.
+ *
+ * Context: GVL held (the Ruby API layer calls these), except
+ * rperf_engine_tick_sigsafe (signal handler), rperf_engine_running and
+ * enter/leave (any thread), rperf_engine_count_overruns (timer thread) and
+ * the atfork handlers (inside fork()).
+ */
+#include "core_internal.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+rperf_engine_t rperf__engine;
+
+static void fork_prepare(void) { rperf__worker_fork_prepare(); }
+static void fork_parent(void) { rperf__worker_fork_parent(); }
+
+/* Inside fork() in the child: only this thread exists. Stop everything
+ * cheaply; memory is released later by rperf_engine_fork_reset (GVL). */
+static void fork_child(void)
+{
+    rperf__worker_fork_child();
+    int was = atomic_exchange(&rperf__engine.running, 0);
+    atomic_store(&rperf__engine.inflight, 0);
+    if (was && rperf__engine.cfg.backend && rperf__engine.cfg.backend->after_fork_child)
+        rperf__engine.cfg.backend->after_fork_child();
+    if (was || atomic_load(&rperf__engine.has_results))
+        atomic_store(&rperf__engine.fork_reset_needed, 1);
+    rperf__engine.run_id++;          /* every nt->cur inherited is now stale */
+}
+
+int rperf_engine_init(const rperf_host_t *host)
+{
+    rperf__engine.host = *host;
+    rperf__alloc_init();
+    if (pthread_atfork(fork_prepare, fork_parent, fork_child) != 0) return -1;
+    return 0;
+}
+
+bool rperf_engine_running(void) { return atomic_load(&rperf__engine.running) != 0; }
+bool rperf_engine_has_results(void) { return atomic_load(&rperf__engine.has_results) != 0; }
+const rperf_config_t *rperf_engine_config(void) { return &rperf__engine.cfg; }
+bool rperf_engine_needs_fork_reset(void) { return atomic_load(&rperf__engine.fork_reset_needed) != 0; }
+
+bool rperf_engine_enter(void)
+{
+    atomic_fetch_add(&rperf__engine.inflight, 1);
+    if (!atomic_load(&rperf__engine.running)) {
+        atomic_fetch_sub(&rperf__engine.inflight, 1);
+        return false;
+    }
+    return true;
+}
+
+void rperf_engine_leave(void) { atomic_fetch_sub(&rperf__engine.inflight, 1); }
+
+void rperf_engine_tick_sigsafe(void)
+{
+    atomic_fetch_add_explicit(&rperf__engine.trigger_count, 1, memory_order_relaxed);
+    rperf__engine.host.trigger();
+}
+
+void rperf_engine_count_overruns(uint64_t n)
+{
+    atomic_fetch_add_explicit(&rperf__engine.timer_overruns, n, memory_order_relaxed);
+}
+
+static void reset_counters(void)
+{
+    atomic_store(&rperf__engine.trigger_count, 0);
+    atomic_store(&rperf__engine.sampling_count, 0);
+    atomic_store(&rperf__engine.sampling_time_ns, 0);
+    atomic_store(&rperf__engine.timer_overruns, 0);
+    rperf__engine.start_real_ns = rperf__ns(CLOCK_REALTIME);
+    rperf__engine.start_mono_ns = rperf__mono_ns();
+}
+
+static void free_run(bool detach)
+{
+    rperf__frames_destroy();
+    rperf__agg_destroy();
+    rperf__threads_free_all(detach);
+    atomic_store(&rperf__engine.has_results, 0);
+}
+
+int rperf_engine_start(const rperf_config_t *cfg, uintptr_t caller_handle,
+                       rperf_thread_t **caller, char *err, size_t errlen)
+{
+    if (rperf_engine_needs_fork_reset()) rperf_engine_fork_reset();
+    if (atomic_load(&rperf__engine.running)) {
+        snprintf(err, errlen, "Rperf is already running");
+        return -1;
+    }
+    if (atomic_load(&rperf__engine.has_results)) rperf_engine_release();
+
+    rperf__engine.cfg = *cfg;
+    if (rperf__engine.cfg.ring_slots == 0) rperf__engine.cfg.ring_slots = RPERF_DEFAULT_RING_SLOTS;
+    rperf__engine.interval_ns = 1000000000LL / cfg->frequency;
+    rperf__engine.run_id++;
+    atomic_store(&rperf__engine.thread_seq, 0);
+    atomic_store(&rperf__engine.dropped_retired, 0);
+    rperf__gc_reset();
+    reset_counters();
+
+    rperf__epoch_reset();
+    if (rperf__frames_init() < 0 || rperf__agg_init(cfg->aggregate) < 0) {
+        snprintf(err, errlen, "rperf: failed to allocate the frame table");
+        rperf__agg_destroy();
+        return -1;
+    }
+    if (rperf__worker_start() < 0) {
+        snprintf(err, errlen, "rperf: failed to start the aggregation worker");
+        rperf__frames_destroy();
+        rperf__agg_destroy();
+        return -1;
+    }
+    rperf_backend_config_t bc = { .interval_ns = rperf__engine.interval_ns, .signo = cfg->signo };
+    if (cfg->backend->start(&bc, err, errlen) < 0) {
+        rperf__worker_stop();
+        rperf__frames_destroy();
+        rperf__agg_destroy();
+        return -1;
+    }
+    atomic_store(&rperf__engine.running, 1);
+    *caller = rperf_thread_new(caller_handle, RPERF_THREAD_CURRENT);
+    if (!*caller) {
+        rperf_engine_stop();
+        free_run(false);
+        snprintf(err, errlen, "rperf: failed to allocate thread state");
+        return -1;
+    }
+    return 0;
+}
+
+int rperf_engine_stop(void)
+{
+    if (!atomic_load(&rperf__engine.running)) return -1;
+    /* Settle the caller's last partial interval while sampling is on. */
+    rperf_thread_t *self = rperf_current_thread_sigsafe();
+    if (self) rperf_sample_job(self);
+    atomic_store(&rperf__engine.running, 0);
+    /* Wait for jobs and hooks of other Ractors that entered before. */
+    while (atomic_load(&rperf__engine.inflight) > 0) sched_yield();
+    rperf__engine.cfg.backend->stop();
+    rperf__worker_stop();
+    atomic_store(&rperf__engine.has_results, 1);
+    return 0;
+}
+
+void rperf_engine_release(void)
+{
+    if (!atomic_load(&rperf__engine.has_results)) return;
+    free_run(true);
+}
+
+void rperf_engine_pause(void)
+{
+    rperf_thread_t *self = rperf_current_thread_sigsafe();
+    if (self) rperf_sample_job(self);
+    rperf__worker_pause();
+}
+
+void rperf_engine_resume(bool clear)
+{
+    if (clear) {
+        rperf__agg_clear();
+        reset_counters();
+    }
+    rperf__worker_resume();
+}
+
+void rperf_engine_fork_reset(void)
+{
+    if (!atomic_exchange(&rperf__engine.fork_reset_needed, 0)) return;
+    /* Other threads' Ruby objects are dead in the child: do not touch them.
+     * The host detaches the current thread itself. */
+    rperf__epoch_reset();
+    rperf__frames_destroy();
+    rperf__agg_destroy();
+    rperf__threads_free_all(false);
+    atomic_store(&rperf__engine.has_results, 0);
+}
+
+void rperf_engine_stats(rperf_stats_t *out)
+{
+    uint64_t dropped = atomic_load(&rperf__engine.dropped_retired);
+    for (rperf_thread_t *pt = atomic_load(&rperf__threads); pt; pt = atomic_load(&pt->next))
+        dropped += atomic_load(&pt->dropped);
+    out->trigger_count = atomic_load(&rperf__engine.trigger_count);
+    out->sampling_count = atomic_load(&rperf__engine.sampling_count);
+    out->sampling_time_ns = atomic_load(&rperf__engine.sampling_time_ns);
+    out->dropped_samples = dropped;
+    out->timer_overruns = atomic_load(&rperf__engine.timer_overruns);
+    out->detected_threads = atomic_load(&rperf__engine.thread_seq);
+    out->start_time_ns = rperf__engine.start_real_ns;
+    out->start_mono_ns = rperf__engine.start_mono_ns;
+}
+
+/* GC marking: lock-free. Order matters (see ring.c): rings, then the
+ * worker's in-flight value, then the frame table. */
+void rperf_engine_mark(void (*mark)(rperf_frame_t v))
+{
+    if (!atomic_load(&rperf__engine.running) && !atomic_load(&rperf__engine.has_results))
+        return;
+    ck_epoch_section_t sec;
+    ck_epoch_begin(&rperf__epoch_marker, &sec);
+    for (rperf_thread_t *pt = atomic_load_explicit(&rperf__threads, memory_order_acquire); pt;
+         pt = atomic_load_explicit(&pt->next, memory_order_acquire))
+        rperf__ring_mark(pt, mark);
+    rperf_frame_t v = rperf__inflight;
+    if (v && (v & 7u) == 0) mark(v);
+    atomic_thread_fence(memory_order_acquire);
+    rperf__frames_mark(mark);
+    ck_epoch_end(&rperf__epoch_marker, &sec);
+}
+
+/* ---- results ------------------------------------------------------------- */
+
+size_t rperf_result_frame_count(void) { return rperf__frames_count(); }
+
+rperf_frame_t rperf_result_frame(uint32_t id)
+{
+    if (id < RPERF_SYNTHETIC_FRAMES) return 0;
+    return rperf__frames_at(id - RPERF_SYNTHETIC_FRAMES);
+}
+
+size_t rperf_result_aggregated_count(void) { return rperf__agg_count(); }
+int rperf_result_each_aggregated(rperf_sample_cb cb, void *ctx) { return rperf__agg_each(cb, ctx); }
+size_t rperf_result_raw_count(void) { return rperf__raw_count(); }
+
+int rperf_result_each_raw(rperf_sample_cb cb, void *ctx)
+{
+    return rperf__raw_each(cb, ctx, rperf__engine.start_real_ns - rperf__engine.start_mono_ns);
+}

@@ -1,0 +1,151 @@
+/*
+ * frame_table.c — interns frame values (Ruby VALUEs, opaque here) into dense
+ * ids. A ck_ht (DIRECT mode) maps value -> index; a key array maps
+ * index -> value and is what the GC mark function pins.
+ *
+ * Writer: the aggregation worker only (or a GVL thread while the worker is
+ * parked or joined). Readers: the GC mark function, concurrently and without
+ * locks, inside an epoch section on rperf__epoch_marker.
+ *
+ * The key array grows by allocate-copy-publish: the new array is published
+ * with a release store *before* the count passes the old capacity, and the
+ * old array is retired with ck_epoch_call and freed by ck_epoch_poll after a
+ * grace period. ck_ht's own old maps are deferred through the same epoch
+ * (alloc.c). The marker loads the count first, then the array (both
+ * acquire), so it never indexes past the array it holds.
+ */
+#include "core_internal.h"
+
+#include <string.h>
+
+typedef struct key_array {
+    ck_epoch_entry_t entry;
+    size_t cap;
+    rperf_frame_t keys[];
+} key_array_t;
+
+ck_epoch_t rperf__epoch;
+ck_epoch_record_t rperf__epoch_worker;
+ck_epoch_record_t rperf__epoch_marker;
+rperf_frame_t volatile rperf__inflight;
+
+static ck_ht_t table;
+static int table_ready;
+static key_array_t *_Atomic keys;
+static _Atomic size_t count;
+
+static size_t key_array_bytes(size_t cap)
+{
+    return sizeof(key_array_t) + cap * sizeof(rperf_frame_t);
+}
+
+static void key_array_free_cb(ck_epoch_entry_t *e)
+{
+    key_array_t *a = (key_array_t *)e;   /* entry is the first member */
+    rperf__free(a, key_array_bytes(a->cap));
+}
+
+void rperf__epoch_reset(void)
+{
+    /* Fresh epoch state (start, fork child). Records of the previous
+     * generation are abandoned with their memory, as ck requires. */
+    memset(&rperf__epoch, 0, sizeof(rperf__epoch));
+    memset(&rperf__epoch_worker, 0, sizeof(rperf__epoch_worker));
+    memset(&rperf__epoch_marker, 0, sizeof(rperf__epoch_marker));
+    ck_epoch_init(&rperf__epoch);
+    ck_epoch_register(&rperf__epoch, &rperf__epoch_worker, NULL);
+    ck_epoch_register(&rperf__epoch, &rperf__epoch_marker, NULL);
+}
+
+int rperf__frames_init(void)
+{
+    if (!ck_ht_init(&table, CK_HT_MODE_DIRECT, NULL, &rperf__ck_allocator, 1024,
+                    0x5eed5eedULL))
+        return -1;
+    table_ready = 1;
+    size_t cap = 1024;
+    key_array_t *a = rperf__alloc(key_array_bytes(cap));
+    if (!a) {
+        ck_ht_destroy(&table);
+        table_ready = 0;
+        return -1;
+    }
+    a->cap = cap;
+    atomic_store_explicit(&count, 0, memory_order_relaxed);
+    atomic_store_explicit(&keys, a, memory_order_release);
+    rperf__inflight = 0;
+    return 0;
+}
+
+/* GVL held, worker joined, no marker running concurrently. */
+void rperf__frames_destroy(void)
+{
+    key_array_t *a = atomic_load_explicit(&keys, memory_order_relaxed);
+    atomic_store_explicit(&count, 0, memory_order_release);
+    atomic_store_explicit(&keys, NULL, memory_order_release);
+    rperf__inflight = 0;
+    if (table_ready) {
+        ck_ht_destroy(&table);
+        table_ready = 0;
+    }
+    /* run every deferred free (old key arrays, old ck_ht maps) */
+    ck_epoch_barrier(&rperf__epoch_worker);
+    if (a) rperf__free(a, key_array_bytes(a->cap));
+}
+
+/* worker */
+uint32_t rperf__frames_intern(rperf_frame_t v)
+{
+    ck_ht_hash_t h;
+    ck_ht_entry_t e;
+    ck_ht_hash_direct(&h, &table, v);
+    ck_ht_entry_key_set_direct(&e, v);
+    if (ck_ht_get_spmc(&table, h, &e))
+        return (uint32_t)ck_ht_entry_value_direct(&e) + RPERF_SYNTHETIC_FRAMES;
+
+    size_t n = atomic_load_explicit(&count, memory_order_relaxed);
+    key_array_t *a = atomic_load_explicit(&keys, memory_order_relaxed);
+    if (n == a->cap) {
+        key_array_t *b = rperf__alloc(key_array_bytes(a->cap * 2));
+        if (!b) return RPERF_FRAME_UNKNOWN;    /* out of memory */
+        b->cap = a->cap * 2;
+        memcpy(b->keys, a->keys, n * sizeof(rperf_frame_t));
+        /* publish the new array before the count can exceed the old cap */
+        atomic_store_explicit(&keys, b, memory_order_release);
+        ck_epoch_call(&rperf__epoch_worker, &a->entry, key_array_free_cb);
+        a = b;
+    }
+    a->keys[n] = v;
+    atomic_store_explicit(&count, n + 1, memory_order_release);
+    /* Order the count store before the worker's next write to the in-flight
+     * slot (the marker reads the slot, then the count). */
+    atomic_thread_fence(memory_order_release);
+    ck_ht_entry_set_direct(&e, h, v, (uintptr_t)n);
+    if (!ck_ht_put_spmc(&table, h, &e)) {
+        /* Allocation failure inside ck_ht: the key stays pinned and the next
+         * intern of v appends it again; correct, only wasteful. */
+    }
+    return (uint32_t)n + RPERF_SYNTHETIC_FRAMES;
+}
+
+size_t rperf__frames_count(void)
+{
+    return atomic_load_explicit(&count, memory_order_acquire);
+}
+
+rperf_frame_t rperf__frames_at(uint32_t index)
+{
+    key_array_t *a = atomic_load_explicit(&keys, memory_order_acquire);
+    if (!a || index >= rperf__frames_count()) return 0;
+    return a->keys[index];
+}
+
+/* marker (GVL held, inside GC) */
+void rperf__frames_mark(void (*mark)(rperf_frame_t))
+{
+    size_t n = atomic_load_explicit(&count, memory_order_acquire);
+    key_array_t *a = atomic_load_explicit(&keys, memory_order_acquire);
+    if (!a) return;
+    if (n > a->cap) n = a->cap;
+    for (size_t i = 0; i < n; i++) mark(a->keys[i]);
+}

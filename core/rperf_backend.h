@@ -1,0 +1,54 @@
+/*
+ * rperf_backend.h — the timer-backend plugin contract. A backend decides
+ * when ticks happen and delivers them by calling rperf_engine_tick_sigsafe()
+ * on (ideally) the native thread that runs the Ruby code to be sampled.
+ *
+ * Adding a backend = one new file in backends/ defining a
+ * `const rperf_backend_ops_t rperf_backend_<name>` plus one line in
+ * backends/registry.c. See docs/backends.md.
+ */
+#ifndef RPERF_BACKEND_H
+#define RPERF_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RPERF_BACKEND_ABI_VERSION 1
+
+typedef struct rperf_backend_config {
+    int64_t interval_ns;   /* 1e9 / frequency */
+    int signo;             /* signal number for signal-driven backends (0 = default) */
+} rperf_backend_config_t;
+
+typedef struct rperf_backend_ops {
+    uint32_t version;              /* RPERF_BACKEND_ABI_VERSION */
+    const char *name;
+    const char *description;
+    /* GVL held. 0 on success, -1 with a message in err (nothing left running). */
+    int (*start)(const rperf_backend_config_t *cfg, char *err, size_t errlen);
+    /* GVL held. After it returns no tick is delivered and no signal of the
+     * backend can reach any thread; previous handlers are restored. */
+    void (*stop)(void);
+    /* In the child of fork(), inside the atfork handler (async-signal-safe
+     * calls only): forget timers/threads inherited from the parent. */
+    void (*after_fork_child)(void);
+    /* Optional. Called on the native thread that is about to run / has just
+     * stopped running a Ruby thread (RESUMED / SUSPENDED; no Ruby API). */
+    void (*thread_resumed)(void);
+    void (*thread_suspended)(void);
+} rperf_backend_ops_t;
+
+/* backends/registry.c */
+const rperf_backend_ops_t *rperf_backend_find(const char *name);
+size_t rperf_backend_count(void);
+const rperf_backend_ops_t *rperf_backend_at(size_t i);
+const rperf_backend_ops_t *rperf_backend_default(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

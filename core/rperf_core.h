@@ -1,0 +1,186 @@
+/*
+ * rperf_core.h — the public API of the Ruby-free sampling engine (core/).
+ *
+ * The engine owns per-thread state and sample rings, the frame table, the
+ * aggregation worker, counters, snapshot and fork handling. It never calls
+ * the Ruby API: the host (ruby/) supplies callbacks to capture a stack, to
+ * trigger the sampling job and to detach per-thread state from a Ruby thread.
+ * Frames are opaque uintptr_t values (Ruby VALUEs in the extension; any
+ * non-zero, 8-byte-aligned value in unit tests).
+ *
+ * Execution contexts used in the comments below:
+ *   signal   — inside a signal handler: async-signal-safe only
+ *   own      — on the native thread currently running the described Ruby
+ *              thread (thread hooks RESUMED/SUSPENDED, the job, GC hooks)
+ *   no GVL   — any native thread, no Ruby API, may block briefly
+ *   GVL held — an application thread holding its Ractor's GVL
+ *   worker   — the aggregation worker pthread
+ */
+#ifndef RPERF_CORE_H
+#define RPERF_CORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RPERF_VERSION_STRING "0.7.0"
+#define RPERF_MAX_DEPTH 512          /* Ruby frames kept per sample */
+#define RPERF_DEFAULT_RING_SLOTS 4096 /* words per thread ring (32 KiB) */
+
+typedef uintptr_t rperf_frame_t;
+
+enum { RPERF_CLOCK_CPU = 0, RPERF_CLOCK_WALL = 1 };
+
+/* Sample kinds. Synthetic kinds become frame ids 0..3 (type - 1) placed at
+ * the leaf position. */
+typedef enum {
+    RPERF_SAMPLE_NORMAL = 0,
+    RPERF_SAMPLE_GVL_BLOCKED = 1,
+    RPERF_SAMPLE_GVL_WAIT = 2,
+    RPERF_SAMPLE_GC_MARKING = 3,
+    RPERF_SAMPLE_GC_SWEEPING = 4
+} rperf_sample_type_t;
+
+#define RPERF_FRAME_UNKNOWN 4u      /* a frame the engine could not intern */
+#define RPERF_SYNTHETIC_FRAMES 5u   /* frame ids below this are synthetic */
+
+typedef struct rperf_thread rperf_thread_t;
+struct rperf_backend_ops;
+
+/* Callbacks the host provides once, at init. */
+typedef struct rperf_host {
+    /* own: capture the current Ruby stack, leaf first; returns the depth
+     * (0 when there is no Ruby frame). Must not allocate Ruby objects. */
+    int (*capture)(rperf_frame_t *buf, int max);
+    /* signal: request the sampling job (rb_postponed_job_trigger). */
+    void (*trigger)(void);
+    /* GVL held (stop/fork reset): forget the per-thread pointer stored on
+     * the Ruby thread `handle`. */
+    void (*detach)(uintptr_t handle);
+} rperf_host_t;
+
+typedef struct rperf_config {
+    int frequency;            /* Hz, 1..10000 */
+    int clock;                /* RPERF_CLOCK_CPU / RPERF_CLOCK_WALL */
+    bool aggregate;           /* false: keep raw samples */
+    uint32_t ring_slots;      /* power of two, >= 1024 */
+    int signo;                /* signal for the signal backend (0 = default) */
+    const struct rperf_backend_ops *backend;
+} rperf_config_t;
+
+typedef struct rperf_stats {
+    uint64_t trigger_count;     /* ticks that requested a sample */
+    uint64_t sampling_count;    /* job runs that recorded a sample */
+    uint64_t sampling_time_ns;  /* thread CPU time spent in those job runs */
+    uint64_t dropped_samples;   /* samples lost to full rings */
+    uint64_t timer_overruns;    /* ticks the backend could not deliver in time */
+    uint32_t detected_threads;  /* thread_seq values handed out */
+    int64_t start_time_ns;      /* CLOCK_REALTIME at start / last clear */
+    int64_t start_mono_ns;      /* CLOCK_MONOTONIC at the same moment */
+} rperf_stats_t;
+
+/* ---- lifecycle (GVL held) ----------------------------------------------- */
+
+/* Once, from Init_: allocator choice, fork handlers. Returns 0 or -1. */
+int rperf_engine_init(const rperf_host_t *host);
+/* Start a run. On failure returns -1 with a message in err; nothing runs. */
+int rperf_engine_start(const rperf_config_t *cfg, uintptr_t caller_handle,
+                       rperf_thread_t **caller, char *err, size_t errlen);
+/* Stop sampling: take the caller's last sample, stop the backend, drain and
+ * join the worker. Results stay readable until rperf_engine_release(). */
+int rperf_engine_stop(void);
+/* Free a stopped run's data (frames, aggregates, threads). */
+void rperf_engine_release(void);
+/* Pause the worker with every ring drained (snapshot). Sampling goes on. */
+void rperf_engine_pause(void);
+/* Resume after rperf_engine_pause(); clear=true empties the aggregates and
+ * resets counters and the start time. */
+void rperf_engine_resume(bool clear);
+
+bool rperf_engine_running(void);          /* any context */
+bool rperf_engine_has_results(void);      /* stopped run not yet released */
+const rperf_config_t *rperf_engine_config(void);
+void rperf_engine_stats(rperf_stats_t *out);
+size_t rperf_engine_memory_bytes(void);
+const char *rperf_engine_allocator(void);
+/* A fork child whose parent was profiling: reset everything (GVL held). */
+bool rperf_engine_needs_fork_reset(void);
+void rperf_engine_fork_reset(void);
+
+/* ---- GC marking (GVL held, inside GC; lock-free) -------------------------- */
+
+/* Call mark(v) for every frame value the engine still references: the frame
+ * table's keys, every frame in every ring, and the worker's in-flight value. */
+void rperf_engine_mark(void (*mark)(rperf_frame_t v));
+
+/* ---- per-thread state and events ------------------------------------------ */
+
+/* no GVL: create state for a Ruby thread (handle = its Thread VALUE). */
+typedef enum {
+    RPERF_THREAD_CREATED,   /* STARTED: born during the run */
+    RPERF_THREAD_EXISTING,  /* first met at RESUMED: off the GVL since start */
+    RPERF_THREAD_CURRENT    /* the caller, running now on this native thread */
+} rperf_thread_origin_t;
+rperf_thread_t *rperf_thread_new(uintptr_t handle, rperf_thread_origin_t origin);
+/* own: the thread `pt` is the caller and runs now (start, label, job). */
+void rperf_thread_attach_current(rperf_thread_t *pt);
+void rperf_ev_resumed(rperf_thread_t *pt);   /* own, GVL held by pt */
+void rperf_ev_suspended(rperf_thread_t *pt); /* own, before the hand-off */
+void rperf_ev_ready(rperf_thread_t *pt);     /* any native thread */
+void rperf_ev_exited(rperf_thread_t *pt);    /* own, after SUSPENDED */
+void rperf_ev_gc(int phase_event);           /* own, inside GC */
+enum { RPERF_GC_START, RPERF_GC_END_MARK, RPERF_GC_END_SWEEP,
+       RPERF_GC_ENTER, RPERF_GC_EXIT };
+
+/* own: the sampling job body: sample the Ruby thread running here. */
+void rperf_sample_job(rperf_thread_t *pt_or_null);
+
+/* Jobs and hooks of any Ractor bracket their work with enter/leave so that
+ * stop can wait until none is in flight. enter returns false when not
+ * running (then do nothing and do not call leave). */
+bool rperf_engine_enter(void);
+void rperf_engine_leave(void);
+
+/* The per-native-thread current Ruby thread (set RESUMED, cleared SUSPENDED). */
+rperf_thread_t *rperf_current_thread_sigsafe(void);
+
+/* GVL held, own: label set id of the thread. */
+void rperf_thread_set_label(rperf_thread_t *pt, uint32_t label_set_id);
+uint32_t rperf_thread_label(const rperf_thread_t *pt);
+uint32_t rperf_thread_seq(const rperf_thread_t *pt);
+
+/* signal: a backend tick on this native thread. */
+void rperf_engine_tick_sigsafe(void);
+/* no GVL: the backend could not deliver `n` ticks in time. */
+void rperf_engine_count_overruns(uint64_t n);
+
+/* ---- results (GVL held, worker paused or joined) -------------------------- */
+
+size_t rperf_result_frame_count(void);          /* ids RPERF_SYNTHETIC_FRAMES.. */
+rperf_frame_t rperf_result_frame(uint32_t id);  /* id >= RPERF_SYNTHETIC_FRAMES */
+
+typedef struct rperf_result_sample {
+    const uint32_t *frames;   /* frame ids, leaf first */
+    uint32_t depth;
+    int64_t weight;
+    uint32_t thread_seq;
+    uint32_t label_set_id;
+    int64_t time_ns;          /* raw samples: CLOCK_REALTIME ns; else 0 */
+} rperf_result_sample_t;
+
+typedef int (*rperf_sample_cb)(const rperf_result_sample_t *s, void *ctx);
+size_t rperf_result_aggregated_count(void);
+int rperf_result_each_aggregated(rperf_sample_cb cb, void *ctx);
+size_t rperf_result_raw_count(void);
+int rperf_result_each_raw(rperf_sample_cb cb, void *ctx);
+
+
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,332 @@
+/*
+ * thread_state.c — per-Ruby-thread state and the time-accounting state
+ * machine: GVL events (RESUMED/SUSPENDED/READY/EXITED), GC phases and the
+ * sampling job body. Every sample weighs the thread's clock delta since the
+ * point up to which its time was last attributed, so totals equal real time.
+ *
+ * Contexts (see rperf_core.h): rperf_ev_resumed/suspended/exited, the job and
+ * the GC events run "own" (on the native thread running the Ruby thread, no
+ * Ruby API besides the host's capture callback); rperf_ev_ready may run on
+ * any native thread and only stores a timestamp; rperf_current_thread_sigsafe
+ * is async-signal-safe. The registry list is pushed lock-free (CAS) and
+ * unlinked only by the worker; freed nodes go through the worker's epoch.
+ *
+ * Per-native-thread state lives in initial-exec TLS (a GCC/Clang attribute:
+ * the default global-dynamic model may allocate lazily inside a signal
+ * handler in a dlopen'ed object; initial-exec never does).
+ */
+#include "core_internal.h"
+
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <string.h>
+
+static _Thread_local rperf_nt_t nt_tls __attribute__((tls_model("initial-exec")));
+rperf_thread_t *_Atomic rperf__threads;
+
+rperf_nt_t *rperf__nt(void) { return &nt_tls; }
+
+rperf_thread_t *rperf_current_thread_sigsafe(void)
+{
+    rperf_nt_t *nt = &nt_tls;
+    return nt->run_id == rperf__engine.run_id ? nt->cur : NULL;
+}
+
+static int64_t threshold_ns(void) { return rperf__engine.interval_ns / 4; }
+
+static const rperf_backend_ops_t *backend(void) { return rperf__engine.cfg.backend; }
+
+/* ---- creation / destruction ------------------------------------------- */
+
+rperf_thread_t *rperf_thread_new(uintptr_t handle, rperf_thread_origin_t origin)
+{
+    rperf_thread_t *pt = rperf__calloc(1, sizeof(*pt));
+    if (!pt) return NULL;
+    if (rperf__ring_init(pt, rperf__engine.cfg.ring_slots) < 0) {
+        rperf__free(pt, sizeof(*pt));
+        return NULL;
+    }
+    pt->seq = atomic_fetch_add(&rperf__engine.thread_seq, 1) + 1;
+    pt->handle = handle;
+    pt->run_id = rperf__engine.run_id;
+    pt->cpu_mark = -1;
+    int64_t now = rperf__mono_ns();
+    pt->last_wall = now;
+    /* A thread first met at RESUMED existed before (or was created during)
+     * the run and was off the GVL until now: charge [start, now) as blocked. */
+    pt->susp_wall = origin == RPERF_THREAD_EXISTING ? rperf__engine.start_mono_ns : 0;
+    rperf_thread_t *head = atomic_load_explicit(&rperf__threads, memory_order_relaxed);
+    do {
+        atomic_store_explicit(&pt->next, head, memory_order_relaxed);
+    } while (!atomic_compare_exchange_weak_explicit(&rperf__threads, &head, pt,
+                                                    memory_order_release,
+                                                    memory_order_relaxed));
+    if (origin == RPERF_THREAD_CURRENT) rperf_thread_attach_current(pt);
+    return pt;
+}
+
+void rperf__thread_destroy(rperf_thread_t *pt)
+{
+    rperf__ring_free(pt);
+    rperf__free(pt, sizeof(*pt));
+}
+
+static void destroy_cb(ck_epoch_entry_t *e)
+{
+    rperf_thread_t *pt = (rperf_thread_t *)((char *)e - offsetof(rperf_thread_t, epoch_entry));
+    rperf__thread_destroy(pt);
+}
+
+/* worker: unlink an exited, drained thread and free it after a grace period. */
+void rperf__thread_retire(rperf_thread_t *prev, rperf_thread_t *pt)
+{
+    rperf_thread_t *next = atomic_load_explicit(&pt->next, memory_order_relaxed);
+    if (prev) {
+        atomic_store_explicit(&prev->next, next, memory_order_release);
+    } else {
+        rperf_thread_t *expect = pt;
+        if (!atomic_compare_exchange_strong(&rperf__threads, &expect, next)) {
+            /* new threads were pushed in front: find the predecessor */
+            rperf_thread_t *p = expect;
+            while (atomic_load(&p->next) != pt) p = atomic_load(&p->next);
+            atomic_store_explicit(&p->next, next, memory_order_release);
+        }
+    }
+    atomic_fetch_add(&rperf__engine.dropped_retired, atomic_load(&pt->dropped));
+    ck_epoch_call(&rperf__epoch_worker, &pt->epoch_entry, destroy_cb);
+}
+
+/* GVL held; worker joined (stop) or gone (fork child). */
+void rperf__threads_free_all(bool detach)
+{
+    rperf_thread_t *pt = atomic_exchange(&rperf__threads, NULL);
+    while (pt) {
+        rperf_thread_t *next = atomic_load(&pt->next);
+        if (detach && !atomic_load(&pt->exited) && pt->handle && rperf__engine.host.detach)
+            rperf__engine.host.detach(pt->handle);
+        rperf__thread_destroy(pt);
+        pt = next;
+    }
+}
+
+/* ---- recording helpers (own) ------------------------------------------- */
+
+static int capture(rperf_frame_t *buf)
+{
+    int d = rperf__engine.host.capture ? rperf__engine.host.capture(buf, RPERF_MAX_DEPTH) : 0;
+    return d < 0 ? 0 : d;
+}
+
+/* Current CPU time of the Ruby thread (on-GVL time accumulated across native
+ * threads, so it stays right under M:N). Valid only while it runs here. */
+static int64_t ruby_cpu_now(rperf_thread_t *pt, int64_t native)
+{
+    return pt->cpu_acc + (pt->cpu_mark >= 0 ? native - pt->cpu_mark : 0);
+}
+
+static void set_current(rperf_thread_t *pt)
+{
+    rperf_nt_t *nt = &nt_tls;
+    if (!nt->tid) nt->tid = (int32_t)syscall(SYS_gettid);
+    nt->cur = pt;
+    nt->run_id = rperf__engine.run_id;
+    pt->native_tid = nt->tid;
+}
+
+void rperf_thread_attach_current(rperf_thread_t *pt)
+{
+    pt->cpu_mark = rperf__native_cpu_ns();
+    pt->last_cpu = pt->cpu_acc;
+    pt->susp_wall = 0;
+    set_current(pt);
+    if (backend() && backend()->thread_resumed) backend()->thread_resumed();
+}
+
+/* Record the normal sample covering [last attributed point, now). */
+static void sample_now(rperf_thread_t *pt, int64_t mono, int64_t native, int64_t min_weight,
+                       bool count_job)
+{
+    int64_t weight;
+    int64_t cpu_now = 0;
+    if (rperf__engine.cfg.clock == RPERF_CLOCK_CPU) {
+        if (pt->cpu_mark < 0) return;
+        cpu_now = ruby_cpu_now(pt, native);
+        weight = cpu_now - pt->last_cpu;
+    } else {
+        weight = mono - pt->last_wall;
+    }
+    if (weight <= 0 || weight < min_weight) return;
+    rperf_frame_t frames[RPERF_MAX_DEPTH];
+    int depth = capture(frames);
+    if (depth == 0) return;              /* keep the time pending */
+    if (!rperf__ring_push(pt, RPERF_SAMPLE_NORMAL, weight, mono, frames, depth)) return;
+    if (rperf__engine.cfg.clock == RPERF_CLOCK_CPU) pt->last_cpu = cpu_now;
+    else pt->last_wall = mono;
+    if (count_job) {
+        atomic_fetch_add_explicit(&rperf__engine.sampling_count, 1, memory_order_relaxed);
+        int64_t spent = rperf__native_cpu_ns() - native;
+        if (spent > 0)
+            atomic_fetch_add_explicit(&rperf__engine.sampling_time_ns, (uint64_t)spent,
+                                      memory_order_relaxed);
+    }
+}
+
+/* ---- the sampling job (own, GVL held) ----------------------------------- */
+
+void rperf_sample_job(rperf_thread_t *pt)
+{
+    if (!pt) pt = rperf_current_thread_sigsafe();
+    if (!pt) return;
+    int64_t native = rperf__native_cpu_ns();
+    sample_now(pt, rperf__mono_ns(), native, 1, true);
+}
+
+/* ---- GVL events ---------------------------------------------------------- */
+
+void rperf_ev_ready(rperf_thread_t *pt)
+{
+    atomic_store_explicit(&pt->ready_wall, rperf__mono_ns(), memory_order_relaxed);
+}
+
+void rperf_ev_resumed(rperf_thread_t *pt)
+{
+    rperf_nt_t *nt = &nt_tls;
+    nt->switches++;
+    int64_t mono = rperf__mono_ns();
+    int64_t native = rperf__native_cpu_ns();
+    rperf_frame_t frames[RPERF_MAX_DEPTH];
+    int depth = -1;
+
+    if (rperf__engine.cfg.clock == RPERF_CLOCK_WALL) {
+        if (pt->susp_wall > 0) {
+            int64_t susp = pt->susp_wall;
+            int64_t ready = atomic_exchange_explicit(&pt->ready_wall, 0, memory_order_relaxed);
+            if (ready < susp || ready > mono) ready = 0;
+            int64_t blocked = (ready ? ready : mono) - susp;
+            int64_t wait = ready ? mono - ready : 0;
+            if (blocked > 0 || wait > 0) {
+                depth = capture(frames);
+                if (depth > 0) {
+                    if (blocked > 0 &&
+                        rperf__ring_push(pt, RPERF_SAMPLE_GVL_BLOCKED, blocked, mono, frames, depth))
+                        pt->last_wall += blocked;
+                    if (wait > 0 &&
+                        rperf__ring_push(pt, RPERF_SAMPLE_GVL_WAIT, wait, mono, frames, depth))
+                        pt->last_wall += wait;
+                }
+            }
+        }
+    } else if (pt->susp_nt == nt && pt->susp_switches + 1 == nt->switches) {
+        /* Nothing else ran on this native thread since SUSPENDED: its CPU
+         * time meanwhile was burned by this Ruby thread off the GVL (C code
+         * that released it). Attribute it to the stack that released it. */
+        int64_t off = native - pt->susp_native_cpu;
+        if (off >= threshold_ns() && off > 0) {
+            depth = capture(frames);
+            if (depth > 0 &&
+                rperf__ring_push(pt, RPERF_SAMPLE_NORMAL, off, mono, frames, depth))
+                off = 0;
+        }
+        if (off > 0) pt->cpu_acc += off;    /* pending: goes to the next sample */
+    }
+    pt->susp_wall = 0;
+    pt->susp_nt = NULL;
+    pt->cpu_mark = native;
+    set_current(pt);
+    if (backend() && backend()->thread_resumed) backend()->thread_resumed();
+}
+
+void rperf_ev_suspended(rperf_thread_t *pt)
+{
+    rperf_nt_t *nt = &nt_tls;
+    if (backend() && backend()->thread_suspended) backend()->thread_suspended();
+    int64_t mono = rperf__mono_ns();
+    int64_t native = rperf__native_cpu_ns();
+    /* Close the on-GVL interval with a sample of the current stack, unless
+     * it is too short to be worth one (then it stays pending). */
+    sample_now(pt, mono, native, threshold_ns(), false);
+    if (pt->cpu_mark >= 0) pt->cpu_acc += native - pt->cpu_mark;
+    pt->cpu_mark = -1;
+    pt->susp_wall = mono;
+    pt->susp_native_cpu = native;
+    pt->susp_nt = nt;
+    pt->susp_switches = nt->switches;
+    atomic_store_explicit(&pt->ready_wall, 0, memory_order_relaxed);
+    if (nt->cur == pt) nt->cur = NULL;
+}
+
+void rperf_ev_exited(rperf_thread_t *pt)
+{
+    rperf_nt_t *nt = &nt_tls;
+    if (nt->cur == pt) nt->cur = NULL;
+    pt->handle = 0;
+    atomic_store_explicit(&pt->exited, 1, memory_order_release);
+}
+
+/* ---- GC events (own, inside GC: no allocation, no Ruby calls) ----------- */
+
+static _Atomic int gc_phase;       /* 0 none, 1 marking, 2 sweeping */
+static _Atomic int gc_step_phase;  /* phase seen during the current step */
+
+void rperf_ev_gc(int ev)
+{
+    switch (ev) {
+    case RPERF_GC_START:
+        atomic_store(&gc_phase, 1);
+        atomic_store(&gc_step_phase, 1);
+        return;
+    case RPERF_GC_END_MARK:
+        atomic_store(&gc_phase, 2);
+        atomic_store(&gc_step_phase, 2);
+        return;
+    case RPERF_GC_END_SWEEP:
+        atomic_store(&gc_phase, 0);
+        return;
+    default:
+        break;
+    }
+    rperf_thread_t *pt = rperf_current_thread_sigsafe();
+    if (!pt) return;
+    bool cpu = rperf__engine.cfg.clock == RPERF_CLOCK_CPU;
+    if (ev == RPERF_GC_ENTER) {
+        atomic_store(&gc_step_phase, atomic_load(&gc_phase));
+        pt->gc_enter_wall = rperf__mono_ns();
+        pt->gc_enter_cpu = cpu ? rperf__native_cpu_ns() : 0;
+        return;
+    }
+    /* GC_EXIT */
+    if (pt->gc_enter_wall <= 0) return;
+    int64_t mono = rperf__mono_ns();
+    int64_t w = cpu ? rperf__native_cpu_ns() - pt->gc_enter_cpu : mono - pt->gc_enter_wall;
+    pt->gc_enter_wall = 0;
+    if (w <= 0) return;
+    rperf_sample_type_t type = atomic_load(&gc_step_phase) == 2 ? RPERF_SAMPLE_GC_SWEEPING
+                                                                : RPERF_SAMPLE_GC_MARKING;
+    rperf_frame_t frames[RPERF_MAX_DEPTH];
+    int depth = capture(frames);
+    if (depth == 0) return;
+    if (!rperf__ring_push(pt, type, w, mono, frames, depth)) return;
+    /* This time is now attributed: keep it out of the next normal sample. */
+    if (cpu) pt->last_cpu += w;
+    else pt->last_wall += w;
+}
+
+void rperf__gc_reset(void)
+{
+    atomic_store(&gc_phase, 0);
+    atomic_store(&gc_step_phase, 0);
+}
+
+/* ---- labels (own, GVL held) ---------------------------------------------- */
+
+void rperf_thread_set_label(rperf_thread_t *pt, uint32_t id)
+{
+    atomic_store_explicit(&pt->label_set_id, id, memory_order_relaxed);
+}
+
+uint32_t rperf_thread_label(const rperf_thread_t *pt)
+{
+    return atomic_load_explicit(&((rperf_thread_t *)pt)->label_set_id, memory_order_relaxed);
+}
+
+uint32_t rperf_thread_seq(const rperf_thread_t *pt) { return pt->seq; }

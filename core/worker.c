@@ -1,0 +1,169 @@
+/*
+ * worker.c — the aggregation worker: one pthread that drains every thread's
+ * ring in batches, interns frames, aggregates, unlinks exited threads and
+ * advances the epoch. It never calls the Ruby API and never blocks readers.
+ *
+ * Wake-ups cost ~25 us of CPU here, so it sleeps up to RPERF_WORKER_PERIOD_MS
+ * and is woken sooner only when a ring passes half full (rperf__worker_wake,
+ * called by producers; a lost wake-up only delays the drain to the timeout).
+ *
+ * Contexts: worker_main and rperf__worker_drain_all run on the worker thread;
+ * start/stop/pause/resume on a GVL thread; wake in own context (never in a
+ * signal handler); the fork functions in pthread_atfork handlers.
+ */
+#include "core_internal.h"
+
+#include <errno.h>
+#include <string.h>
+
+#define RPERF_WORKER_PERIOD_MS 50
+
+static pthread_t thr;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv;          /* worker waits here (CLOCK_MONOTONIC) */
+static pthread_cond_t cv_ack;      /* pause acknowledgements */
+static int started;
+static int stop_req, pause_req, paused;   /* guarded by mu */
+static _Atomic int wake_flag;
+
+static void sink(rperf_thread_t *pt, const rperf_decoded_t *d, const uint32_t *ids, void *ctx)
+{
+    (void)ctx;
+    uint32_t buf[RPERF_MAX_DEPTH + 1];
+    const uint32_t *stack = ids;
+    uint32_t depth = d->depth;
+    if (d->type != RPERF_SAMPLE_NORMAL) {
+        buf[0] = (uint32_t)d->type - 1;     /* synthetic frame at the leaf */
+        memcpy(buf + 1, ids, depth * sizeof(uint32_t));
+        stack = buf;
+        depth++;
+    }
+    rperf__agg_add(stack, depth, d->weight, pt->seq, d->label_set_id, d->mono_ns);
+}
+
+void rperf__worker_drain_all(void)
+{
+    rperf_thread_t *prev = NULL;
+    rperf_thread_t *pt = atomic_load_explicit(&rperf__threads, memory_order_acquire);
+    while (pt) {
+        rperf_thread_t *next = atomic_load_explicit(&pt->next, memory_order_acquire);
+        int exited = atomic_load_explicit(&pt->exited, memory_order_acquire);
+        rperf__ring_drain(pt, sink, NULL);
+        if (exited && rperf__ring_idle(pt)) {
+            rperf__thread_retire(prev, pt);
+        } else {
+            prev = pt;
+        }
+        pt = next;
+    }
+}
+
+static void deadline_in(struct timespec *ts, long ms)
+{
+    clock_gettime(CLOCK_MONOTONIC, ts);
+    ts->tv_nsec += ms * 1000000L;
+    while (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000L;
+    }
+}
+
+static void *worker_main(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&mu);
+    while (!stop_req) {
+        if (pause_req) {
+            pthread_mutex_unlock(&mu);
+            rperf__worker_drain_all();
+            pthread_mutex_lock(&mu);
+            paused = 1;
+            pthread_cond_broadcast(&cv_ack);
+            while (pause_req && !stop_req) pthread_cond_wait(&cv, &mu);
+            paused = 0;
+            pthread_cond_broadcast(&cv_ack);
+            continue;
+        }
+        pthread_mutex_unlock(&mu);
+        rperf__worker_drain_all();
+        ck_epoch_poll(&rperf__epoch_worker);
+        pthread_mutex_lock(&mu);
+        if (stop_req || pause_req) continue;
+        if (!atomic_exchange(&wake_flag, 0)) {
+            struct timespec ts;
+            deadline_in(&ts, RPERF_WORKER_PERIOD_MS);
+            pthread_cond_timedwait(&cv, &mu, &ts);
+            atomic_store(&wake_flag, 0);
+        }
+    }
+    pthread_mutex_unlock(&mu);
+    rperf__worker_drain_all();           /* final drain at stop */
+    return NULL;
+}
+
+int rperf__worker_start(void)
+{
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_cond_init(&cv_ack, NULL);
+    stop_req = pause_req = paused = 0;
+    atomic_store(&wake_flag, 0);
+    if (pthread_create(&thr, NULL, worker_main, NULL) != 0) return -1;
+    started = 1;
+    return 0;
+}
+
+void rperf__worker_stop(void)
+{
+    if (!started) return;
+    pthread_mutex_lock(&mu);
+    stop_req = 1;
+    pthread_cond_broadcast(&cv);
+    pthread_mutex_unlock(&mu);
+    pthread_join(thr, NULL);
+    started = 0;
+    pthread_cond_destroy(&cv);
+    pthread_cond_destroy(&cv_ack);
+}
+
+void rperf__worker_pause(void)
+{
+    if (!started) return;
+    pthread_mutex_lock(&mu);
+    pause_req = 1;
+    pthread_cond_broadcast(&cv);
+    while (!paused) pthread_cond_wait(&cv_ack, &mu);
+    pthread_mutex_unlock(&mu);
+}
+
+void rperf__worker_resume(void)
+{
+    if (!started) return;
+    pthread_mutex_lock(&mu);
+    pause_req = 0;
+    pthread_cond_broadcast(&cv);
+    while (paused) pthread_cond_wait(&cv_ack, &mu);
+    pthread_mutex_unlock(&mu);
+}
+
+void rperf__worker_wake(void)
+{
+    if (!started) return;
+    if (!atomic_exchange(&wake_flag, 1)) pthread_cond_signal(&cv);
+}
+
+/* pthread_atfork: hold mu across fork so the child never inherits it locked
+ * by the worker mid-update. */
+void rperf__worker_fork_prepare(void) { pthread_mutex_lock(&mu); }
+void rperf__worker_fork_parent(void) { pthread_mutex_unlock(&mu); }
+
+/* Child: the worker thread does not exist here. */
+void rperf__worker_fork_child(void)
+{
+    pthread_mutex_unlock(&mu);
+    started = 0;
+    stop_req = pause_req = paused = 0;
+}

@@ -1,0 +1,92 @@
+/*
+ * hooks.c — Ruby's internal thread event hook and the GC event hook, which
+ * feed the engine's GVL and GC state machines.
+ *
+ * Contexts: thread_hook runs WITHOUT the GVL guarantee (RESUMED holds it;
+ * SUSPENDED/EXITED run on the thread's own native thread; STARTED and READY
+ * run on other native threads, even Ruby's timer thread): no Ruby API except
+ * rb_internal_thread_specific_get/set. gc_hook runs inside GC on the thread
+ * that runs the GC step: no allocation, no Ruby calls. install/remove run
+ * with the GVL held (never from inside a hook).
+ */
+#include "rperf_ruby.h"
+
+static rb_internal_thread_event_hook_t *thread_hook_handle;
+static int gc_hook_installed;
+
+static void thread_hook(rb_event_flag_t ev, const rb_internal_thread_event_data_t *data,
+                        void *arg)
+{
+    (void)arg;
+    if (!rperf_engine_enter()) return;
+    VALUE th = data->thread;
+    rperf_thread_t *pt = rb_internal_thread_specific_get(th, rperf_rb_key);
+    if (ev & RUBY_INTERNAL_THREAD_EVENT_STARTED) {
+        if (!pt) {
+            pt = rperf_thread_new((uintptr_t)th, RPERF_THREAD_CREATED);
+            if (pt) rb_internal_thread_specific_set(th, rperf_rb_key, pt);
+        }
+    } else if (ev & RUBY_INTERNAL_THREAD_EVENT_RESUMED) {
+        if (!pt) {
+            pt = rperf_thread_new((uintptr_t)th, RPERF_THREAD_EXISTING);
+            if (pt) rb_internal_thread_specific_set(th, rperf_rb_key, pt);
+        }
+        if (pt) rperf_ev_resumed(pt);
+    } else if (ev & RUBY_INTERNAL_THREAD_EVENT_SUSPENDED) {
+        if (pt) rperf_ev_suspended(pt);
+    } else if (ev & RUBY_INTERNAL_THREAD_EVENT_READY) {
+        if (pt) rperf_ev_ready(pt);
+    } else if (ev & RUBY_INTERNAL_THREAD_EVENT_EXITED) {
+        if (pt) {
+            rperf_ev_exited(pt);
+            rb_internal_thread_specific_set(th, rperf_rb_key, NULL);
+        }
+    }
+    rperf_engine_leave();
+}
+
+static void gc_hook(rb_event_flag_t ev, VALUE data, VALUE self, ID mid, VALUE klass)
+{
+    (void)data;
+    (void)self;
+    (void)mid;
+    (void)klass;
+    if (!rperf_engine_enter()) return;
+    if (ev & RUBY_INTERNAL_EVENT_GC_START) rperf_ev_gc(RPERF_GC_START);
+    else if (ev & RUBY_INTERNAL_EVENT_GC_END_MARK) rperf_ev_gc(RPERF_GC_END_MARK);
+    else if (ev & RUBY_INTERNAL_EVENT_GC_END_SWEEP) rperf_ev_gc(RPERF_GC_END_SWEEP);
+    else if (ev & RUBY_INTERNAL_EVENT_GC_ENTER) rperf_ev_gc(RPERF_GC_ENTER);
+    else if (ev & RUBY_INTERNAL_EVENT_GC_EXIT) rperf_ev_gc(RPERF_GC_EXIT);
+    rperf_engine_leave();
+}
+
+#define THREAD_EVENTS                                                                    \
+    (RUBY_INTERNAL_THREAD_EVENT_STARTED | RUBY_INTERNAL_THREAD_EVENT_READY |             \
+     RUBY_INTERNAL_THREAD_EVENT_RESUMED | RUBY_INTERNAL_THREAD_EVENT_SUSPENDED |         \
+     RUBY_INTERNAL_THREAD_EVENT_EXITED)
+#define GC_EVENTS                                                                        \
+    (RUBY_INTERNAL_EVENT_GC_START | RUBY_INTERNAL_EVENT_GC_END_MARK |                     \
+     RUBY_INTERNAL_EVENT_GC_END_SWEEP | RUBY_INTERNAL_EVENT_GC_ENTER |                    \
+     RUBY_INTERNAL_EVENT_GC_EXIT)
+
+void rperf_rb_hooks_install(void)
+{
+    if (!thread_hook_handle)
+        thread_hook_handle = rb_internal_thread_add_event_hook(thread_hook, THREAD_EVENTS, NULL);
+    if (!gc_hook_installed) {
+        rb_add_event_hook(gc_hook, GC_EVENTS, Qnil);
+        gc_hook_installed = 1;
+    }
+}
+
+void rperf_rb_hooks_remove(void)
+{
+    if (thread_hook_handle) {
+        rb_internal_thread_remove_event_hook(thread_hook_handle);
+        thread_hook_handle = NULL;
+    }
+    if (gc_hook_installed) {
+        rb_remove_event_hook(gc_hook);
+        gc_hook_installed = 0;
+    }
+}

@@ -1,0 +1,280 @@
+# frozen_string_literal: true
+
+# rperf — a Ractor-aware sampling profiler for Ruby (C11 extension).
+#
+#   Rperf.start(frequency: 1000, mode: :cpu, backend: :signal)
+#   ... code ...
+#   data = Rperf.stop        # => result Hash (see README / docs/architecture.md)
+#
+#   Rperf.start(output: "profile.pb.gz") { work }   # block form writes the file
+#
+# Option validation happens here, before anything starts; the engine lives in
+# rperf.so (core/, backends/, exporters/, ruby/*.c).
+
+require "rperf.so"
+
+module Rperf
+  VERSION = "0.7.0"
+
+  MODES = { cpu: 0, wall: 1 }.freeze
+  MAX_FREQUENCY = 10_000
+
+  @label_set_table = { {} => 0 }
+  @label_sets = [{}.freeze]
+  @label_mutex = Mutex.new
+  @run = nil
+
+  class << self
+    # Registered timer backends, as Symbols (the first is the default).
+    def backends
+      _c_backends
+    end
+
+    def running?
+      _c_running?
+    end
+
+    def start(frequency: 1000, mode: :cpu, backend: nil, exporter: nil, format: nil,
+              output: nil, aggregate: true, signal: nil, verbose: false, stat: false,
+              ring_size: DEFAULT_RING_SLOTS, &block)
+      raise RuntimeError, "Rperf is already running" if running?
+
+      validate_frequency(frequency)
+      unless MODES.key?(mode)
+        raise ArgumentError, "mode must be :cpu or :wall, got #{mode.inspect}"
+      end
+      backend_name, signo = resolve_backend(backend, signal)
+      unless ring_size.is_a?(Integer) && ring_size >= 1024 && ring_size <= (1 << 24) &&
+             (ring_size & (ring_size - 1)).zero?
+        raise ArgumentError,
+              "ring_size must be a power of two between 1024 and #{1 << 24}, got #{ring_size.inspect}"
+      end
+      exporter_name = resolve_exporter(exporter, format, output)
+
+      reset_labels
+      _c_start(frequency, MODES[mode], aggregate ? true : false, backend_name.to_s, signo, ring_size)
+      @run = { output: output, exporter: exporter_name, aggregate: aggregate ? true : false,
+               verbose: verbose || ENV["RPERF_VERBOSE"] == "1", stat: stat,
+               started_at: Process.clock_gettime(Process::CLOCK_MONOTONIC) }
+      return nil unless block
+
+      begin
+        block.call
+      rescue Exception
+        stop
+        raise
+      end
+      stop
+    end
+
+    def stop
+      data = _c_stop
+      return nil unless data
+
+      run = @run || {}
+      @run = nil
+      finish_result(data)
+      report_verbose(data) if run[:verbose]
+      report_stat(data, run) if run[:stat]
+      write_output(data, run) if run[:output]
+      data
+    end
+
+    def snapshot(clear: false)
+      data = _c_snapshot(clear ? true : false)
+      return nil unless data
+
+      finish_result(data)
+      data
+    end
+
+    # Merge labels into the current thread's label set (nil deletes a key).
+    # With a block, the previous set is restored afterwards.
+    def label(**labels, &block)
+      current_id = _c_get_label
+      current = @label_mutex.synchronize { @label_sets[current_id] } || {}
+      merged = current.merge(labels).reject { |_, v| v.nil? }.freeze
+      new_id = intern_label_set(merged)
+      _c_set_label(new_id)
+      return nil unless block
+
+      begin
+        block.call
+      ensure
+        _c_set_label(current_id)
+      end
+    end
+
+    def labels
+      id = _c_get_label
+      @label_mutex.synchronize { @label_sets[id] } || {}
+    end
+
+    private
+
+    def validate_frequency(frequency)
+      unless frequency.is_a?(Integer) && frequency > 0
+        raise ArgumentError,
+              "frequency must be a positive integer (got #{frequency.inspect}); accepted: Integer 1..#{MAX_FREQUENCY}"
+      end
+      return if frequency <= MAX_FREQUENCY
+
+      raise ArgumentError, "frequency must be <= #{MAX_FREQUENCY} (10KHz), got #{frequency}"
+    end
+
+    UNCATCHABLE = { 9 => "KILL", 19 => "STOP" }.freeze
+
+    # -> [backend_name, signal_number (0 = backend default)]
+    def resolve_backend(backend, signal)
+      names = backends
+      unless signal.nil? || signal == false || signal.is_a?(Integer)
+        raise ArgumentError, "signal must be nil, false, or an Integer, got #{signal.inspect}"
+      end
+      if signal.is_a?(Integer) && signal > 0
+        if UNCATCHABLE.key?(signal)
+          raise ArgumentError,
+                "signal #{signal} (#{UNCATCHABLE[signal]}) cannot be caught; use a different signal"
+        end
+        if signal >= 65
+          raise ArgumentError, "signal must be a catchable signal number below 65, got #{signal}"
+        end
+      end
+      from_signal =
+        if signal == false || signal == 0 then :nanosleep
+        elsif signal.is_a?(Integer) && signal > 0 then :signal
+        end
+      if backend.nil?
+        name = from_signal || names.first
+      else
+        unless (backend.is_a?(Symbol) || backend.is_a?(String)) && names.include?(backend.to_sym)
+          raise ArgumentError,
+                "unknown backend #{backend.inspect}; registered backends: #{names.map(&:inspect).join(', ')}"
+        end
+        name = backend.to_sym
+        if from_signal && from_signal != name
+          raise ArgumentError,
+                "backend: #{name.inspect} conflicts with signal: #{signal.inspect} " \
+                "(signal: false selects :nanosleep, an Integer selects :signal)"
+        end
+      end
+      [name, signal.is_a?(Integer) && signal > 0 ? signal : 0]
+    end
+
+    def resolve_exporter(exporter, format, output)
+      if respond_to?(:__resolve_exporter, true)
+        __resolve_exporter(exporter, format, output)
+      elsif exporter || format
+        raise ArgumentError, "exporter #{(exporter || format).inspect} is not available: no exporters are built"
+      end
+    end
+
+    def write_output(data, run)
+      if respond_to?(:__export_at_stop, true)
+        __export_at_stop(data, run[:output], run[:exporter])
+      else
+        warn "rperf: output #{run[:output]} not written: no exporters are built"
+      end
+    end
+
+    def reset_labels
+      @label_mutex.synchronize do
+        @label_set_table = { {} => 0 }
+        @label_sets = [{}.freeze]
+      end
+    end
+
+    def intern_label_set(hash)
+      @label_mutex.synchronize do
+        @label_set_table[hash] ||= begin
+          @label_sets << hash
+          @label_sets.size - 1
+        end
+      end
+    end
+
+    def finish_result(data)
+      sets = @label_mutex.synchronize { @label_sets.dup }
+      data[:label_sets] = sets if sets.size > 1
+      if data.key?(:raw_samples)
+        agg = {}
+        data[:raw_samples].each do |frames, weight, thread_seq, label_set_id|
+          key = [frames, thread_seq, label_set_id]
+          agg[key] = (agg[key] || 0) + weight
+        end
+        data[:aggregated_samples] = agg.map { |(f, t, l), w| [f, w, t, l] }
+      end
+      data
+    end
+
+    def report_verbose(data)
+      samples = data[:aggregated_samples] || []
+      total = samples.sum { |s| s[1] }
+      count = data[:sampling_count]
+      avg = count.positive? ? data[:sampling_time_ns] / 1000.0 / count : 0.0
+      warn format("[rperf] mode=%s frequency=%dHz backend=%s", data[:mode], data[:frequency], data[:backend])
+      warn format("[rperf] sampling: %d calls, %.2fms total, %.1fus/call avg",
+                  count, data[:sampling_time_ns] / 1e6, avg)
+      warn format("[rperf] samples recorded: %d, dropped: %d, profiler memory: %d bytes (%s)",
+                  samples.size, data[:dropped_samples], data[:profiler_memory_bytes], data[:allocator])
+      flat = Hash.new(0)
+      samples.each { |frames, w| flat[frames[0]] += w if frames[0] }
+      warn "[rperf] top 10 by flat:"
+      flat.sort_by { |_, w| -w }.first(10).each do |(path, label), w|
+        warn format("[rperf] %8.1fms %5.1f%%  %s (%s)", w / 1e6, total.positive? ? 100.0 * w / total : 0, label, path)
+      end
+    end
+
+    def report_stat(data, run)
+      real = Process.clock_gettime(Process::CLOCK_MONOTONIC) - run[:started_at]
+      t = Process.times
+      warn ""
+      warn " Performance stats for '#{ENV['RPERF_STAT_COMMAND'] || '(unknown)'}':"
+      warn ""
+      warn format("%14.1f ms   user", t.utime * 1000)
+      warn format("%14.1f ms   sys", t.stime * 1000)
+      warn format("%14.1f ms   real", real * 1000)
+      warn ""
+      overhead = real.positive? ? data[:sampling_time_ns] / 1e9 / real * 100 : 0
+      warn format("  %d samples / %d triggers, %.1f%% profiler overhead",
+                  data[:sampling_count], data[:trigger_count], overhead)
+      warn ""
+    end
+  end
+
+  # Fork: the child starts with a stopped profiler and clean state.
+  module ForkHook
+    def _fork
+      pid = super
+      Rperf._c_after_fork_child if pid.zero?
+      pid
+    end
+  end
+  Process.singleton_class.prepend(ForkHook)
+end
+
+begin
+  require "rperf/exporters"
+rescue LoadError
+  # exporters are optional until built
+end
+
+if ENV["RPERF_ENABLED"] == "1"
+  mode = (ENV["RPERF_MODE"] || "cpu")
+  unless %w[cpu wall].include?(mode)
+    raise ArgumentError, "RPERF_MODE must be 'cpu' or 'wall', got: #{mode.inspect}"
+  end
+  opts = { frequency: Integer(ENV.fetch("RPERF_FREQUENCY", "1000"), exception: false) || 0,
+           mode: mode.to_sym, aggregate: ENV["RPERF_AGGREGATE"] != "0",
+           stat: ENV["RPERF_STAT"] == "1" }
+  opts[:backend] = ENV["RPERF_BACKEND"].to_sym if ENV["RPERF_BACKEND"]
+  opts[:output] = ENV["RPERF_OUTPUT"] || (opts[:stat] ? nil : "rperf.data")
+  opts[:exporter] = ENV["RPERF_FORMAT"].to_sym if ENV["RPERF_FORMAT"]
+  case ENV["RPERF_SIGNAL"]
+  when nil then nil
+  when "false" then opts[:signal] = false
+  else opts[:signal] = Integer(ENV["RPERF_SIGNAL"], exception: false) ||
+                       raise(ArgumentError, "RPERF_SIGNAL must be 'false' or an Integer, got #{ENV['RPERF_SIGNAL'].inspect}")
+  end
+  Rperf.start(**opts)
+  at_exit { Rperf.stop }
+end

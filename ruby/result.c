@@ -1,0 +1,101 @@
+/*
+ * result.c — turns the engine's results into the Ruby result Hash of
+ * Rperf.stop / Rperf.snapshot (Symbol keys, leaf-first [path, label] frames,
+ * [frames, weight, thread_seq, label_set_id] tuples).
+ *
+ * Context: GVL held, with the worker parked (snapshot) or joined (stop).
+ * Allocates Ruby objects, so GC may run meanwhile; the engine's mark
+ * function keeps every frame value pinned until rperf_engine_release().
+ */
+#include "rperf_ruby.h"
+
+static const char *const synthetic[RPERF_SYNTHETIC_FRAMES][2] = {
+    { "<GVL>", "[GVL blocked]" },
+    { "<GVL>", "[GVL wait]" },
+    { "<GC>", "[GC marking]" },
+    { "<GC>", "[GC sweeping]" },
+    { "<unknown>", "[unknown frame]" },
+};
+
+typedef struct build_ctx {
+    VALUE pairs;      /* frame id -> frozen [path, label] */
+    VALUE samples;
+    bool raw;
+} build_ctx_t;
+
+static VALUE frame_pair(build_ctx_t *c, uint32_t id)
+{
+    VALUE p = rb_ary_entry(c->pairs, id);
+    if (!NIL_P(p)) return p;
+    VALUE path, label;
+    if (id < RPERF_SYNTHETIC_FRAMES) {
+        path = rb_str_new_cstr(synthetic[id][0]);
+        label = rb_str_new_cstr(synthetic[id][1]);
+    } else {
+        VALUE fv = (VALUE)rperf_result_frame(id);
+        path = fv ? rb_profile_frame_path(fv) : Qnil;
+        label = fv ? rb_profile_frame_full_label(fv) : Qnil;
+        if (NIL_P(path)) path = rb_str_new_cstr("<C method>");
+        if (NIL_P(label)) label = rb_str_new_cstr("");
+    }
+    p = rb_ary_new_from_args(2, rb_str_freeze(path), rb_str_freeze(label));
+    rb_obj_freeze(p);
+    rb_ary_store(c->pairs, id, p);
+    return p;
+}
+
+static int add_sample(const rperf_result_sample_t *s, void *arg)
+{
+    build_ctx_t *c = arg;
+    VALUE frames = rb_ary_new_capa(s->depth);
+    for (uint32_t i = 0; i < s->depth; i++) rb_ary_push(frames, frame_pair(c, s->frames[i]));
+    VALUE tuple = c->raw
+        ? rb_ary_new_from_args(5, frames, LL2NUM(s->weight), UINT2NUM(s->thread_seq),
+                               UINT2NUM(s->label_set_id), LL2NUM(s->time_ns))
+        : rb_ary_new_from_args(4, frames, LL2NUM(s->weight), UINT2NUM(s->thread_seq),
+                               UINT2NUM(s->label_set_id));
+    rb_ary_push(c->samples, tuple);
+    return 0;
+}
+
+static void set(VALUE h, const char *key, VALUE v) { rb_hash_aset(h, ID2SYM(rb_intern(key)), v); }
+
+VALUE rperf_rb_build_result(bool raw)
+{
+    const rperf_config_t *cfg = rperf_engine_config();
+    rperf_stats_t st;
+    rperf_engine_stats(&st);
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    int64_t mono = (int64_t)now.tv_sec * 1000000000LL + now.tv_nsec;
+
+    VALUE h = rb_hash_new();
+    set(h, "mode", ID2SYM(rb_intern(cfg->clock == RPERF_CLOCK_WALL ? "wall" : "cpu")));
+    set(h, "frequency", INT2NUM(cfg->frequency));
+    set(h, "trigger_count", ULL2NUM(st.trigger_count));
+    set(h, "sampling_count", ULL2NUM(st.sampling_count));
+    set(h, "sampling_time_ns", ULL2NUM(st.sampling_time_ns));
+    set(h, "detected_thread_count", UINT2NUM(st.detected_threads));
+
+    build_ctx_t c = { rb_ary_new(), rb_ary_new(), raw };
+    if (!raw) {
+        set(h, "unique_frames", SIZET2NUM(rperf_result_frame_count()));
+        set(h, "unique_stacks", SIZET2NUM(rperf_result_aggregated_count()));
+    }
+    set(h, "start_time_ns", LL2NUM(st.start_time_ns));
+    set(h, "duration_ns", LL2NUM(mono - st.start_mono_ns));
+    if (raw) {
+        rperf_result_each_raw(add_sample, &c);
+        set(h, "raw_samples", c.samples);
+    } else {
+        rperf_result_each_aggregated(add_sample, &c);
+        set(h, "aggregated_samples", c.samples);
+    }
+    set(h, "backend", ID2SYM(rb_intern(cfg->backend->name)));
+    set(h, "dropped_samples", ULL2NUM(st.dropped_samples));
+    set(h, "timer_overruns", ULL2NUM(st.timer_overruns));
+    set(h, "profiler_memory_bytes", SIZET2NUM(rperf_engine_memory_bytes()));
+    set(h, "allocator", rb_str_new_cstr(rperf_engine_allocator()));
+    RB_GC_GUARD(c.pairs);
+    return h;
+}

@@ -1,0 +1,36 @@
+/*
+ * rperf_ruby.h — declarations shared by the files of ruby/ (the Ruby binding
+ * of the engine). Context: see each file's header.
+ */
+#ifndef RPERF_RUBY_H
+#define RPERF_RUBY_H
+
+#include <ruby/ruby.h>
+#include <ruby/debug.h>
+#include <ruby/thread.h>
+
+#include "rperf_backend.h"
+#include "rperf_core.h"
+
+extern rb_internal_thread_specific_key_t rperf_rb_key;
+extern VALUE rperf_rb_mRperf;
+
+/* capture.c */
+int rperf_rb_capture_init(void);
+extern const rperf_host_t rperf_rb_host;
+rperf_thread_t *rperf_rb_current_thread(bool create);
+
+/* hooks.c */
+void rperf_rb_hooks_install(void);
+void rperf_rb_hooks_remove(void);
+
+/* result.c */
+VALUE rperf_rb_build_result(bool raw);
+
+/* api.c */
+void rperf_rb_api_init(VALUE mRperf);
+
+/* export.c (exporters) */
+void rperf_rb_exporters_init(VALUE mRperf);
+
+#endif
