@@ -117,6 +117,7 @@ static void *ck_alloc_cb(size_t size)
 
 static void deferred_free_cb(ck_epoch_entry_t *e)
 {
+    RPERF_EPOCH_RECLAIM();
     deferred_block_t *b = (deferred_block_t *)e;
     rperf__free(b, b->size);
 }

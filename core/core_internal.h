@@ -16,6 +16,20 @@
 #include <stdatomic.h>
 #include <time.h>
 
+/* ---- ThreadSanitizer annotations ----------------------------------------
+ * ck_epoch orders a reader's section before the grace-period callbacks with
+ * ck_pr fences (inline asm), which TSan cannot see. These annotations state
+ * that happens-before to TSan; they compile to nothing otherwise. */
+#if defined(__SANITIZE_THREAD__)
+void __tsan_acquire(void *addr);
+void __tsan_release(void *addr);
+#define RPERF_EPOCH_SECTION_END() __tsan_release(&rperf__epoch)
+#define RPERF_EPOCH_RECLAIM() __tsan_acquire(&rperf__epoch)
+#else
+#define RPERF_EPOCH_SECTION_END() ((void)0)
+#define RPERF_EPOCH_RECLAIM() ((void)0)
+#endif
+
 /* ---- clocks (any context; clock_gettime is async-signal-safe) ---------- */
 
 static inline int64_t rperf__ns(clockid_t id)

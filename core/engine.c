@@ -215,6 +215,7 @@ void rperf_engine_mark(void (*mark)(rperf_frame_t v))
     if (v && (v & 7u) == 0) mark(v);
     atomic_thread_fence(memory_order_acquire);
     rperf__frames_mark(mark);
+    RPERF_EPOCH_SECTION_END();
     ck_epoch_end(&rperf__epoch_marker, &sec);
 }
 

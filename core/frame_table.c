@@ -41,6 +41,7 @@ static size_t key_array_bytes(size_t cap)
 
 static void key_array_free_cb(ck_epoch_entry_t *e)
 {
+    RPERF_EPOCH_RECLAIM();
     key_array_t *a = (key_array_t *)e;   /* entry is the first member */
     rperf__free(a, key_array_bytes(a->cap));
 }

@@ -73,6 +73,7 @@ void rperf__thread_destroy(rperf_thread_t *pt)
 
 static void destroy_cb(ck_epoch_entry_t *e)
 {
+    RPERF_EPOCH_RECLAIM();
     rperf_thread_t *pt = (rperf_thread_t *)((char *)e - offsetof(rperf_thread_t, epoch_entry));
     rperf__thread_destroy(pt);
 }

@@ -151,7 +151,9 @@ static VALUE c_after_fork_child(VALUE self)
 
 void rperf_rb_api_init(VALUE m)
 {
-    profiler_obj = TypedData_Wrap_Struct(rb_cObject, &profiler_type, NULL);
+    /* DATA_PTR must be non-NULL: GC skips dmark for NULL data pointers. */
+    static int token;
+    profiler_obj = TypedData_Wrap_Struct(rb_cObject, &profiler_type, &token);
     rb_gc_register_mark_object(profiler_obj);
     rb_define_module_function(m, "_c_start", c_start, 6);
     rb_define_module_function(m, "_c_stop", c_stop, 0);

@@ -49,6 +49,10 @@ module Rperf
         raise ArgumentError,
               "ring_size must be a power of two between 1024 and #{1 << 24}, got #{ring_size.inspect}"
       end
+      unless output.nil? || output.is_a?(String) || output.respond_to?(:to_path)
+        raise ArgumentError, "output must be nil or a path String, got #{output.inspect}"
+      end
+      output = output.to_path if output.respond_to?(:to_path)
       exporter_name = resolve_exporter(exporter, format, output)
 
       reset_labels
@@ -58,11 +62,13 @@ module Rperf
                started_at: Process.clock_gettime(Process::CLOCK_MONOTONIC) }
       return nil unless block
 
+      completed = false
       begin
         block.call
-      rescue Exception
-        stop
-        raise
+        completed = true
+      ensure
+        # an exception or a throw leaves the block: stop, then let it go on
+        stop if !completed && running?
       end
       stop
     end

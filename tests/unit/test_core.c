@@ -1,0 +1,229 @@
+/*
+ * test_core.c — unit tests of the engine's ring and aggregation: wrap-around,
+ * full ring drops, sample encoding, synthetic frames, aggregation keys and
+ * raw-mode ordering. Context: a plain C program (no Ruby); the test plays
+ * both the producer and the worker on one thread.
+ */
+#include "core_internal.h"
+#include "rperf_test.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct collected {
+    int n;
+    rperf_decoded_t last;
+    uint32_t ids[RPERF_MAX_DEPTH];
+} collected_t;
+
+static void collect(rperf_thread_t *pt, const rperf_decoded_t *d, const uint32_t *ids, void *ctx)
+{
+    (void)pt;
+    collected_t *c = ctx;
+    c->n++;
+    c->last = *d;
+    memcpy(c->ids, ids, d->depth * sizeof(uint32_t));
+}
+
+static rperf_frame_t fake_frame(int i) { return (rperf_frame_t)(0x100000 + 8 * (uintptr_t)i); }
+
+static rperf_thread_t *make_thread(uint32_t slots)
+{
+    rperf_thread_t *pt = rperf__calloc(1, sizeof(*pt));
+    RPERF_CHECK(pt != NULL);
+    RPERF_CHECK_EQ(rperf__ring_init(pt, slots), 0);
+    return pt;
+}
+
+static void setup(void)
+{
+    rperf__epoch_reset();
+    RPERF_CHECK_EQ(rperf__frames_init(), 0);
+}
+
+RPERF_TEST(ring_wraps_and_preserves_samples)
+{
+    setup();
+    rperf_thread_t *pt = make_thread(1024);
+    rperf_frame_t frames[20];
+    for (int i = 0; i < 20; i++) frames[i] = fake_frame(i);
+    collected_t c = { 0 };
+    /* 5,000 samples of 23 words through a 1,024-word ring: wraps ~110 times */
+    for (int k = 0; k < 5000; k++) {
+        atomic_store(&pt->label_set_id, (uint32_t)(k % 7));
+        RPERF_CHECK(rperf__ring_push(pt, RPERF_SAMPLE_NORMAL, 1000 + k, 5000000 + k, frames, 20));
+        RPERF_CHECK_EQ(rperf__ring_drain(pt, collect, &c), 1);
+        RPERF_CHECK_EQ(c.last.weight, 1000 + k);
+        RPERF_CHECK_EQ(c.last.mono_ns, 5000000 + k);
+        RPERF_CHECK_EQ(c.last.label_set_id, k % 7);
+        RPERF_CHECK_EQ(c.last.depth, 20);
+    }
+    RPERF_CHECK_EQ(c.n, 5000);
+    /* the same 20 frames were interned once each, ids in first-seen order */
+    RPERF_CHECK_EQ(rperf__frames_count(), 20);
+    for (int i = 0; i < 20; i++) {
+        RPERF_CHECK_EQ(c.ids[i], RPERF_SYNTHETIC_FRAMES + (uint32_t)i);
+        RPERF_CHECK_EQ(rperf__frames_at((uint32_t)i), fake_frame(i));
+    }
+    RPERF_CHECK(rperf__ring_idle(pt));
+    rperf__thread_destroy(pt);
+    rperf__frames_destroy();
+}
+
+RPERF_TEST(full_ring_drops_and_counts)
+{
+    setup();
+    rperf_thread_t *pt = make_thread(1024);
+    rperf_frame_t frames[97];
+    for (int i = 0; i < 97; i++) frames[i] = fake_frame(i);
+    int pushed = 0;
+    while (rperf__ring_push(pt, RPERF_SAMPLE_NORMAL, 1, 1, frames, 97)) pushed++;
+    /* 100 words per sample, 1023 usable words */
+    RPERF_CHECK_EQ(pushed, 10);
+    RPERF_CHECK_EQ(atomic_load(&pt->dropped), 1);
+    RPERF_CHECK(!rperf__ring_push(pt, RPERF_SAMPLE_GC_MARKING, 1, 1, frames, 97));
+    RPERF_CHECK_EQ(atomic_load(&pt->dropped), 2);
+    collected_t c = { 0 };
+    RPERF_CHECK_EQ(rperf__ring_drain(pt, collect, &c), 10);
+    RPERF_CHECK(rperf__ring_push(pt, RPERF_SAMPLE_GC_SWEEPING, 7, 9, frames, 3));
+    RPERF_CHECK_EQ(rperf__ring_drain(pt, collect, &c), 1);
+    RPERF_CHECK_EQ(c.last.type, RPERF_SAMPLE_GC_SWEEPING);
+    RPERF_CHECK_EQ(c.last.weight, 7);
+    rperf__thread_destroy(pt);
+    rperf__frames_destroy();
+}
+
+static int marked_count;
+static rperf_frame_t marked[64];
+static void mark_fn(rperf_frame_t v)
+{
+    if (marked_count < 64) marked[marked_count] = v;
+    marked_count++;
+}
+
+static bool was_marked(rperf_frame_t v)
+{
+    for (int i = 0; i < marked_count && i < 64; i++)
+        if (marked[i] == v) return true;
+    return false;
+}
+
+RPERF_TEST(mark_sees_frames_in_rings_and_table_but_no_header_words)
+{
+    setup();
+    rperf_thread_t *pt = make_thread(1024);
+    atomic_store(&rperf__threads, pt);
+    atomic_store(&rperf__engine.running, 1);
+    rperf_frame_t frames[3] = { fake_frame(1), fake_frame(2), fake_frame(3) };
+    /* weights/timestamps that would look like aligned pointers if untagged */
+    RPERF_CHECK(rperf__ring_push(pt, RPERF_SAMPLE_NORMAL, 0x200000, 0x300000, frames, 3));
+    marked_count = 0;
+    rperf_engine_mark(mark_fn);
+    RPERF_CHECK_EQ(marked_count, 3);
+    RPERF_CHECK(was_marked(fake_frame(1)) && was_marked(fake_frame(3)));
+    /* once drained, the frames are marked from the frame table instead */
+    collected_t c = { 0 };
+    RPERF_CHECK_EQ(rperf__ring_drain(pt, collect, &c), 1);
+    marked_count = 0;
+    rperf_engine_mark(mark_fn);
+    RPERF_CHECK(was_marked(fake_frame(1)) && was_marked(fake_frame(2)) && was_marked(fake_frame(3)));
+    RPERF_CHECK(!was_marked(0x200000) && !was_marked(0x300000));
+    atomic_store(&rperf__engine.running, 0);
+    atomic_store(&rperf__threads, NULL);
+    rperf__thread_destroy(pt);
+    rperf__frames_destroy();
+}
+
+static int sample_count;
+static int64_t sample_weights[8];
+static uint32_t sample_depths[8];
+static uint32_t sample_first[8];
+static int record(const rperf_result_sample_t *s, void *ctx)
+{
+    (void)ctx;
+    if (sample_count < 8) {
+        sample_weights[sample_count] = s->weight;
+        sample_depths[sample_count] = s->depth;
+        sample_first[sample_count] = s->depth ? s->frames[0] : 0;
+    }
+    sample_count++;
+    return 0;
+}
+
+RPERF_TEST(aggregation_merges_equal_keys_only)
+{
+    uint32_t a[3] = { 7, 8, 9 }, b[3] = { 7, 8, 10 };
+    RPERF_CHECK_EQ(rperf__agg_init(true), 0);
+    rperf__agg_add(a, 3, 10, 1, 0, 0);
+    rperf__agg_add(a, 3, 5, 1, 0, 0);      /* same key: merged */
+    rperf__agg_add(a, 3, 1, 2, 0, 0);      /* other thread */
+    rperf__agg_add(a, 3, 1, 1, 3, 0);      /* other label set */
+    rperf__agg_add(b, 3, 2, 1, 0, 0);      /* other stack */
+    rperf__agg_add(a, 2, 4, 1, 0, 0);      /* prefix is another stack */
+    RPERF_CHECK_EQ(rperf__agg_count(), 5);
+    sample_count = 0;
+    rperf__agg_each(record, NULL);
+    RPERF_CHECK_EQ(sample_count, 5);
+    RPERF_CHECK_EQ(sample_weights[0], 15);
+    /* many distinct stacks force rehashing without losing any */
+    for (uint32_t i = 0; i < 50000; i++) {
+        uint32_t s[2] = { i, i * 3 };
+        rperf__agg_add(s, 2, 1, 1, 0, 0);
+        rperf__agg_add(s, 2, 1, 1, 0, 0);
+    }
+    RPERF_CHECK_EQ(rperf__agg_count(), 50005);
+    rperf__agg_clear();
+    RPERF_CHECK_EQ(rperf__agg_count(), 0);
+    rperf__agg_destroy();
+}
+
+RPERF_TEST(raw_mode_keeps_every_sample_in_time_order)
+{
+    uint32_t a[2] = { 5, 6 };
+    RPERF_CHECK_EQ(rperf__agg_init(false), 0);
+    rperf__agg_add(a, 2, 30, 1, 0, 300);
+    rperf__agg_add(a, 2, 10, 2, 0, 100);
+    rperf__agg_add(a, 2, 20, 1, 0, 200);
+    RPERF_CHECK_EQ(rperf__raw_count(), 3);
+    RPERF_CHECK_EQ(rperf__agg_count(), 0);
+    sample_count = 0;
+    rperf__raw_each(record, NULL, 0);
+    RPERF_CHECK_EQ(sample_count, 3);
+    RPERF_CHECK_EQ(sample_weights[0], 10);
+    RPERF_CHECK_EQ(sample_weights[1], 20);
+    RPERF_CHECK_EQ(sample_weights[2], 30);
+    rperf__agg_destroy();
+}
+
+RPERF_TEST(synthetic_frames_go_to_the_leaf)
+{
+    setup();
+    rperf_thread_t *pt = make_thread(1024);
+    atomic_store(&rperf__threads, pt);
+    RPERF_CHECK_EQ(rperf__agg_init(true), 0);
+    rperf_frame_t frames[2] = { fake_frame(1), fake_frame(2) };
+    RPERF_CHECK(rperf__ring_push(pt, RPERF_SAMPLE_GVL_WAIT, 50, 1, frames, 2));
+    RPERF_CHECK(rperf__ring_push(pt, RPERF_SAMPLE_NORMAL, 60, 2, frames, 2));
+    rperf__worker_drain_all();
+    sample_count = 0;
+    rperf__agg_each(record, NULL);
+    RPERF_CHECK_EQ(sample_count, 2);
+    RPERF_CHECK_EQ(sample_depths[0], 3);
+    RPERF_CHECK_EQ(sample_first[0], RPERF_SAMPLE_GVL_WAIT - 1);
+    RPERF_CHECK_EQ(sample_depths[1], 2);
+    RPERF_CHECK_EQ(sample_first[1], RPERF_SYNTHETIC_FRAMES);
+    atomic_store(&rperf__threads, NULL);
+    rperf__thread_destroy(pt);
+    rperf__agg_destroy();
+    rperf__frames_destroy();
+}
+
+int main(void)
+{
+    return RPERF_RUN(RPERF_CASE(ring_wraps_and_preserves_samples),
+                     RPERF_CASE(full_ring_drops_and_counts),
+                     RPERF_CASE(mark_sees_frames_in_rings_and_table_but_no_header_words),
+                     RPERF_CASE(aggregation_merges_equal_keys_only),
+                     RPERF_CASE(raw_mode_keeps_every_sample_in_time_order),
+                     RPERF_CASE(synthetic_frames_go_to_the_leaf));
+}
