@@ -157,6 +157,7 @@ size_t rperf__agg_memory(void);
 extern rperf_thread_t *_Atomic rperf__threads;  /* lock-free pushed list */
 void rperf__threads_free_all(bool detach);
 void rperf__gc_reset(void);
+void rperf__sample_settle(rperf_thread_t *pt);
 void rperf__thread_retire(rperf_thread_t *prev, rperf_thread_t *pt);
 void rperf__thread_destroy(rperf_thread_t *pt);
 

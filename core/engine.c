@@ -141,7 +141,7 @@ int rperf_engine_stop(void)
     if (!atomic_load(&rperf__engine.running)) return -1;
     /* Settle the caller's last partial interval while sampling is on. */
     rperf_thread_t *self = rperf_current_thread_sigsafe();
-    if (self) rperf_sample_job(self);
+    if (self) rperf__sample_settle(self);
     atomic_store(&rperf__engine.running, 0);
     /* Wait for jobs and hooks of other Ractors that entered before. */
     while (atomic_load(&rperf__engine.inflight) > 0) sched_yield();
@@ -160,7 +160,7 @@ void rperf_engine_release(void)
 void rperf_engine_pause(void)
 {
     rperf_thread_t *self = rperf_current_thread_sigsafe();
-    if (self) rperf_sample_job(self);
+    if (self) rperf__sample_settle(self);
     rperf__worker_pause();
 }
 

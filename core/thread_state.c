@@ -182,6 +182,13 @@ void rperf_sample_job(rperf_thread_t *pt)
     sample_now(pt, rperf__mono_ns(), native, 1, true);
 }
 
+/* own, GVL held: settle the caller's last partial interval at stop/snapshot
+ * (not a timer-driven sample: not counted in sampling_count). */
+void rperf__sample_settle(rperf_thread_t *pt)
+{
+    sample_now(pt, rperf__mono_ns(), rperf__native_cpu_ns(), 1, false);
+}
+
 /* ---- GVL events ---------------------------------------------------------- */
 
 void rperf_ev_ready(rperf_thread_t *pt)

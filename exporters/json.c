@@ -1,0 +1,290 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * json.c — the JSON exporter: speedscope's file format
+ * (https://www.speedscope.app/file-format-schema.json), which speedscope
+ * opens directly and validates with its own importer.
+ *
+ * Context: any non-signal thread; no Ruby API.
+ *
+ * FORMAT
+ *   {"$schema": "https://www.speedscope.app/file-format-schema.json",
+ *    "exporter": "rperf@<version>", "name": "rperf <mode> profile",
+ *    "activeProfileIndex": 0,
+ *    "shared": {"frames": [{"name", "file", "line"?}, …]},   one per view frame
+ *    "profiles": [{"type": "sampled", "name": "thread <seq> …",
+ *                  "unit": "nanoseconds", "startValue": 0,
+ *                  "endValue": <sum of weights>,
+ *                  "samples": [[root … leaf frame indices], …],
+ *                  "weights": [<ns>, …]}, …]}
+ * - One sampled profile per thread_seq, in increasing thread_seq order;
+ *   samples keep the view's order. A profile name carries the thread's
+ *   name and Ractor when the view knows them ("thread 2 \"worker\" ractor 1").
+ * - speedscope's format has no per-sample metadata, so user labels are not
+ *   represented (use pprof for labels).
+ * - No samples: one empty profile named "empty" (speedscope rejects files
+ *   without profiles).
+ * - Strings: invalid UTF-8 -> U+FFFD; '"', '\\' and control characters
+ *   escaped; an empty frame name becomes "(unknown)".
+ * See also exporter_internal.h, docs/exporters.md.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exporter_internal.h"
+
+#define FLUSH_AT (256u * 1024u)
+
+typedef struct {
+    rperf_writer_t *w;
+    rperf__buf_t out, scratch;
+    uint32_t *order;
+    rperf__threads_t threads;
+} json_state_t;
+
+static int
+flush_out(json_state_t *st, int force)
+{
+    if (st->out.len && (force || st->out.len >= FLUSH_AT)) {
+        int rc = rperf_writer_write(st->w, st->out.data, st->out.len);
+        st->out.len = 0;
+        return rc;
+    }
+    return 0;
+}
+
+static int
+put_raw(json_state_t *st, const char *s, size_t n)
+{
+    return rperf__buf_append(&st->out, s, n);
+}
+
+static int
+put_lit(json_state_t *st, const char *s)
+{
+    return put_raw(st, s, strlen(s));
+}
+
+static int
+put_i64(json_state_t *st, int64_t v)
+{
+    char tmp[24];
+    size_t n = 0;
+    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    do {
+        tmp[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        tmp[n++] = '-';
+    int rc = rperf__buf_reserve(&st->out, n);
+    if (rc)
+        return rc;
+    while (n)
+        st->out.data[st->out.len++] = (unsigned char)tmp[--n];
+    return 0;
+}
+
+/* A JSON string literal with quotes. */
+static int
+put_str(json_state_t *st, const char *p, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t len;
+    const char *s = rperf__utf8_sanitize(p, n, &st->scratch, &len);
+    if (!s)
+        return -ENOMEM;
+    int rc = rperf__buf_reserve(&st->out, len * 6 + 2);
+    if (rc)
+        return rc;
+    unsigned char *d = st->out.data + st->out.len;
+    *d++ = '"';
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') {
+            *d++ = '\\';
+            *d++ = c;
+        } else if (c < 0x20) {
+            *d++ = '\\';
+            switch (c) {
+            case '\n': *d++ = 'n'; break;
+            case '\r': *d++ = 'r'; break;
+            case '\t': *d++ = 't'; break;
+            default:
+                *d++ = 'u';
+                *d++ = '0';
+                *d++ = '0';
+                *d++ = (unsigned char)hex[c >> 4];
+                *d++ = (unsigned char)hex[c & 15];
+            }
+        } else {
+            *d++ = c;
+        }
+    }
+    *d++ = '"';
+    st->out.len = (size_t)(d - st->out.data);
+    return 0;
+}
+
+static int
+cmp_by_thread(const void *a, const void *b, void *ctx)
+{
+    const rperf_view_sample_t *s = ctx;
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    if (s[x].thread_seq != s[y].thread_seq)
+        return s[x].thread_seq < s[y].thread_seq ? -1 : 1;
+    return (x > y) - (x < y);
+}
+
+static int
+put_profile_name(json_state_t *st, uint32_t thread_seq)
+{
+    char head[64];
+    const rperf_view_thread_t *t = rperf__threads_find(&st->threads, thread_seq);
+    rperf__buf_t name = {0};
+    int rc;
+    snprintf(head, sizeof head, "thread %u", thread_seq);
+    if ((rc = rperf__buf_append(&name, head, strlen(head))))
+        goto out;
+    if (thread_seq == 0 && (rc = rperf__buf_append(&name, " (unknown)", 10)))
+        goto out;
+    if (t && t->name.len) {
+        if ((rc = rperf__buf_append(&name, " \"", 2)) ||
+            (rc = rperf__buf_append(&name, t->name.ptr, t->name.len)) ||
+            (rc = rperf__buf_append(&name, "\"", 1)))
+            goto out;
+    }
+    if (t && t->ractor_id) {
+        snprintf(head, sizeof head, " ractor %u", t->ractor_id);
+        if ((rc = rperf__buf_append(&name, head, strlen(head))))
+            goto out;
+    }
+    rc = put_str(st, (const char *)name.data, name.len);
+out:
+    rperf__buf_free(&name);
+    return rc;
+}
+
+static int
+json_run(json_state_t *st, const rperf_profile_view_t *v)
+{
+    int rc;
+    if ((rc = put_lit(st, "{\"$schema\":\"https://www.speedscope.app/file-format-schema.json\","
+                          "\"exporter\":")))
+        return rc;
+    {
+        rperf__buf_t ex = {0};
+        if ((rc = rperf__buf_append(&ex, "rperf@", 6)) ||
+            (rc = rperf__buf_append(&ex, v->rperf_version.ptr, v->rperf_version.len)) ||
+            (rc = put_str(st, (const char *)ex.data, ex.len))) {
+            rperf__buf_free(&ex);
+            return rc;
+        }
+        rperf__buf_free(&ex);
+    }
+    if ((rc = put_lit(st, v->mode == RPERF_MODE_WALL ? ",\"name\":\"rperf wall profile\""
+                                                     : ",\"name\":\"rperf cpu profile\"")) ||
+        (rc = put_lit(st, ",\"activeProfileIndex\":0,\"shared\":{\"frames\":[")))
+        return rc;
+    for (size_t i = 0; i < v->frame_count; i++) {
+        const rperf_view_frame_t *f = &v->frames[i];
+        if ((rc = put_lit(st, i ? ",{\"name\":" : "{\"name\":")))
+            return rc;
+        rc = f->name.len ? put_str(st, f->name.ptr, f->name.len) : put_lit(st, "\"(unknown)\"");
+        if (rc || (rc = put_lit(st, ",\"file\":")) || (rc = put_str(st, f->file.ptr, f->file.len)))
+            return rc;
+        if (f->line > 0 && ((rc = put_lit(st, ",\"line\":")) || (rc = put_i64(st, f->line))))
+            return rc;
+        if ((rc = put_lit(st, "}")) || (rc = flush_out(st, 0)))
+            return rc;
+    }
+    if ((rc = put_lit(st, "]},\"profiles\":[")))
+        return rc;
+
+    if (v->sample_count == 0) {
+        if ((rc = put_lit(st, "{\"type\":\"sampled\",\"name\":\"empty\",\"unit\":\"nanoseconds\","
+                              "\"startValue\":0,\"endValue\":0,\"samples\":[],\"weights\":[]}")))
+            return rc;
+    } else {
+        st->order = malloc(v->sample_count * sizeof *st->order);
+        if (!st->order)
+            return -ENOMEM;
+        for (size_t i = 0; i < v->sample_count; i++)
+            st->order[i] = (uint32_t)i;
+        /* qsort_r: GNU extension (not C11), reentrant comparator context. */
+        qsort_r(st->order, v->sample_count, sizeof *st->order, cmp_by_thread,
+                (void *)(uintptr_t)v->samples);
+        size_t i = 0;
+        int first_profile = 1;
+        while (i < v->sample_count) {
+            uint32_t seq = v->samples[st->order[i]].thread_seq;
+            size_t j = i;
+            int64_t total = 0;
+            while (j < v->sample_count && v->samples[st->order[j]].thread_seq == seq)
+                total += v->samples[st->order[j++]].weight;
+            if ((rc = put_lit(st, first_profile ? "{\"type\":\"sampled\",\"name\":"
+                                                : ",{\"type\":\"sampled\",\"name\":")) ||
+                (rc = put_profile_name(st, seq)) ||
+                (rc = put_lit(st, ",\"unit\":\"nanoseconds\",\"startValue\":0,\"endValue\":")) ||
+                (rc = put_i64(st, total)) || (rc = put_lit(st, ",\"samples\":[")))
+                return rc;
+            first_profile = 0;
+            for (size_t k = i; k < j; k++) {
+                const rperf_view_sample_t *s = &v->samples[st->order[k]];
+                if ((rc = put_lit(st, k > i ? ",[" : "[")))
+                    return rc;
+                for (uint32_t d = s->depth; d-- > 0;) {
+                    if ((d + 1 < s->depth && (rc = put_raw(st, ",", 1))) ||
+                        (rc = put_i64(st, s->frames[d])))
+                        return rc;
+                }
+                if ((rc = put_raw(st, "]", 1)) || (rc = flush_out(st, 0)))
+                    return rc;
+            }
+            if ((rc = put_lit(st, "],\"weights\":[")))
+                return rc;
+            for (size_t k = i; k < j; k++) {
+                if ((k > i && (rc = put_raw(st, ",", 1))) ||
+                    (rc = put_i64(st, v->samples[st->order[k]].weight)) ||
+                    (rc = flush_out(st, 0)))
+                    return rc;
+            }
+            if ((rc = put_lit(st, "]}")))
+                return rc;
+            i = j;
+        }
+    }
+    if ((rc = put_lit(st, "]}\n")))
+        return rc;
+    return flush_out(st, 1);
+}
+
+static int
+json_encode(const rperf_profile_view_t *v, const rperf_export_options_t *opts, rperf_writer_t *w)
+{
+    (void)opts;
+    json_state_t st;
+    memset(&st, 0, sizeof st);
+    st.w = w;
+    int rc = rperf__threads_index(&st.threads, v);
+    if (rc == 0)
+        rc = json_run(&st, v);
+    if (rc && !rperf_writer_status(w))
+        rperf_writer_fail(w, rc, "json: %s", strerror(-rc));
+    rperf__buf_free(&st.out);
+    rperf__buf_free(&st.scratch);
+    rperf__threads_free(&st.threads);
+    free(st.order);
+    return rc;
+}
+
+const rperf_exporter_ops_t rperf_exporter_json = {
+    .version = RPERF_EXPORTER_ABI_VERSION,
+    .name = "json",
+    .suffix = ".json",
+    .description = "speedscope JSON (one sampled profile per thread)",
+    .gzip = 0,
+    .encode = json_encode,
+    .flags = RPERF_EXPORTER_F_TEXT,
+};

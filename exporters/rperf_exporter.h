@@ -1,0 +1,246 @@
+/*
+ * rperf_exporter.h — the exporter plugin contract: the read-only profile view
+ * every exporter encodes, the writer it encodes into, the ops table, and the
+ * registry. Ruby-free: nothing here includes <ruby.h>.
+ *
+ * Context: any non-signal thread (the Ruby binding calls the encoders with the
+ * GVL released); none is async-signal-safe and none calls the Ruby API.
+ * Error model: 0 or a negative errno. See docs/exporters.md.
+ */
+#ifndef RPERF_EXPORTER_H
+#define RPERF_EXPORTER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Profile view ------------------------------------------------------- */
+
+typedef enum { RPERF_MODE_CPU = 0, RPERF_MODE_WALL = 1 } rperf_mode_t;
+
+/* A string that is not necessarily NUL-terminated and not necessarily valid
+ * UTF-8 (exporters must sanitise where their format requires it). */
+typedef struct rperf_str {
+    const char *ptr;
+    size_t len;
+} rperf_str_t;
+
+/* One resolved frame. `name` is the qualified label ("Object#fib",
+ * "[GC marking]"), `file` the path ("<C method>", "<GC>", "<GVL>", or a
+ * source path); `line` the first line number, 0 when unknown. */
+typedef struct rperf_view_frame {
+    rperf_str_t name;
+    rperf_str_t file;
+    int32_t line;
+} rperf_view_frame_t;
+
+/* One (stack, thread, label set) entry. `frames` holds indices into
+ * view->frames, LEAF FIRST (frames[0] is the innermost frame). */
+typedef struct rperf_view_sample {
+    const uint32_t *frames;
+    uint32_t depth;
+    int64_t weight;          /* nanoseconds, > 0 */
+    uint32_t thread_seq;     /* 0 = unknown thread */
+    uint32_t label_set_id;   /* index into view->label_sets; 0 = no labels */
+} rperf_view_sample_t;
+
+typedef struct rperf_view_label {
+    rperf_str_t key;
+    rperf_str_t value;
+} rperf_view_label_t;
+
+typedef struct rperf_view_label_set {
+    const rperf_view_label_t *labels;
+    uint32_t count;
+} rperf_view_label_set_t;
+
+/* Per-thread information (thread_seq -> Ractor id, name, native tid). */
+typedef struct rperf_view_thread {
+    uint32_t thread_seq;
+    uint32_t ractor_id;      /* 0 = main Ractor / unknown */
+    rperf_str_t name;        /* len 0 = unnamed */
+    int64_t native_tid;      /* 0 = unknown */
+} rperf_view_thread_t;
+
+#define RPERF_VIEW_HAS_START_TIME     (1u << 0)
+#define RPERF_VIEW_HAS_DURATION       (1u << 1)
+#define RPERF_VIEW_HAS_SAMPLING_COUNT (1u << 2)
+#define RPERF_VIEW_HAS_LABEL_SETS     (1u << 3)
+
+typedef struct rperf_profile_view {
+    rperf_mode_t mode;
+    int32_t frequency;            /* Hz; 0 = unknown */
+    uint32_t flags;               /* RPERF_VIEW_HAS_* */
+    int64_t start_time_ns;        /* CLOCK_REALTIME ns since the epoch */
+    int64_t duration_ns;
+    int64_t sampling_count;
+
+    const rperf_view_frame_t *frames;
+    size_t frame_count;
+    const rperf_view_sample_t *samples;
+    size_t sample_count;
+    /* label_sets[0] is the empty set when present. */
+    const rperf_view_label_set_t *label_sets;
+    size_t label_set_count;
+    const rperf_view_thread_t *threads;
+    size_t thread_count;
+
+    rperf_str_t rperf_version;    /* e.g. "0.7.0" */
+    rperf_str_t ruby_description; /* RUBY_DESCRIPTION; may be empty */
+} rperf_profile_view_t;
+
+/* ---- Writer ------------------------------------------------------------- */
+
+/* A writer is a byte sink: a growable memory buffer, a file, or a gzip
+ * stream over another writer. Errors are sticky: after the first failure
+ * every call returns the same negative errno and rperf_writer_error()
+ * describes it. Writers are not thread-safe; one writer, one thread.
+ *
+ * Lifecycle: open -> write… -> rperf_writer_finish() (commits: gzip writes
+ * its trailer into the inner writer, a file writer renames its temporary
+ * file over the target) -> rperf_writer_free(). Freeing an unfinished file
+ * writer removes its temporary file, so a failed export never leaves a
+ * partial file behind. */
+typedef struct rperf_writer rperf_writer_t;
+
+/* Write `len` bytes. Returns 0 or a negative errno (sticky). */
+int rperf_writer_write(rperf_writer_t *w, const void *buf, size_t len);
+/* Write a NUL-terminated string (without the NUL). */
+int rperf_writer_puts(rperf_writer_t *w, const char *s);
+int rperf_writer_printf(rperf_writer_t *w, const char *fmt, ...)
+#if defined(__GNUC__)
+    /* GNU attribute (not C11): lets -Wformat check every call site. */
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* Write `len` bytes of possibly invalid UTF-8, replacing every invalid
+ * byte with U+FFFD, so text formats never carry invalid UTF-8. */
+int rperf_writer_write_utf8(rperf_writer_t *w, const char *p, size_t len);
+/* Hint that about `n` more bytes will follow (memory writers allocate them
+ * at once instead of growing by doubling; other writers ignore it).
+ * Returns 0 or the sticky error. */
+int rperf_writer_reserve(rperf_writer_t *w, size_t n);
+/* Record a failure (e.g. an encoder's own error) with a message; the writer
+ * becomes failed. `err` is a negative errno. Returns `err`. */
+int rperf_writer_fail(rperf_writer_t *w, int err, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+/* 0 or the sticky negative errno. */
+int rperf_writer_status(const rperf_writer_t *w);
+/* "" while healthy, otherwise a one-line description of the first error. */
+const char *rperf_writer_error(const rperf_writer_t *w);
+/* Bytes accepted so far (before compression for a gzip writer). */
+uint64_t rperf_writer_bytes(const rperf_writer_t *w);
+
+/* Constructors. Each returns 0 and stores a new writer in *out, or a
+ * negative errno (*out untouched). */
+int rperf_writer_memory_open(rperf_writer_t **out);
+/* Writes go to "<path>.tmp.<random>" in the same directory; finish() renames
+ * it to `path`. The file is created with mode 0666 & ~umask. */
+int rperf_writer_file_open(rperf_writer_t **out, const char *path);
+/* gzip (RFC 1952) stream into `inner`, which must outlive this writer and is
+ * neither finished nor freed by it. level: 0-9, or -1 for zlib's default. */
+int rperf_writer_gzip_open(rperf_writer_t **out, rperf_writer_t *inner, int level);
+
+/* Commit (see above). Returns 0 or the sticky error. Idempotent. */
+int rperf_writer_finish(rperf_writer_t *w);
+/* Release; NULL is a no-op. Unfinished file writers remove their temp file. */
+void rperf_writer_free(rperf_writer_t *w);
+
+/* Memory writers only: the bytes written so far (valid until the next write
+ * or free). rperf_writer_memory_take() transfers the buffer to the caller
+ * (release with free()) and leaves the writer empty. */
+const unsigned char *rperf_writer_memory_data(const rperf_writer_t *w, size_t *len);
+unsigned char *rperf_writer_memory_take(rperf_writer_t *w, size_t *len);
+
+/* ---- Exporter ops ------------------------------------------------------- */
+
+typedef struct rperf_export_options {
+    int32_t top_n;     /* text: rows per table (default 50, >= 0) */
+    int header;        /* text: print the header (default 1) */
+} rperf_export_options_t;
+
+/* Fill `o` with the defaults above. */
+void rperf_export_options_init(rperf_export_options_t *o);
+
+#define RPERF_EXPORTER_ABI_VERSION 1
+
+/* An exporter: a const object, usually one per file in exporters/.
+ * Fields valid for version 1: all of them. */
+typedef struct rperf_exporter_ops {
+    uint32_t version;           /* RPERF_EXPORTER_ABI_VERSION */
+    const char *name;           /* "pprof", "collapsed", ... ([a-z0-9_-]+) */
+    const char *suffix;         /* default file suffix, e.g. ".pb.gz" */
+    const char *description;    /* one line */
+    int gzip;                   /* 1: files are gzip-compressed */
+    /* Encode `view` into `w`. Returns 0 on success or a negative errno
+     * (describe the failure with rperf_writer_fail() when the writer itself
+     * did not fail). Must not retain pointers into `view` after returning.
+     * The view has been checked by rperf_view_check() when called through
+     * rperf_export_*(). Context: any non-signal thread; no Ruby API. */
+    int (*encode)(const rperf_profile_view_t *view,
+                  const rperf_export_options_t *opts,
+                  rperf_writer_t *w);
+    uint32_t flags;             /* RPERF_EXPORTER_F_* */
+} rperf_exporter_ops_t;
+
+/* The (uncompressed) output is UTF-8 text; the Ruby binding then returns a
+ * UTF-8 String instead of a binary one. */
+#define RPERF_EXPORTER_F_TEXT (1u << 0)
+
+/* ---- Built-in exporters (one file each in exporters/) -------------------- */
+
+extern const rperf_exporter_ops_t rperf_exporter_pprof;     /* pprof.c */
+extern const rperf_exporter_ops_t rperf_exporter_collapsed; /* collapsed.c */
+extern const rperf_exporter_ops_t rperf_exporter_json;      /* json.c (speedscope) */
+extern const rperf_exporter_ops_t rperf_exporter_text;      /* text.c */
+extern const rperf_exporter_ops_t rperf_exporter_threads;   /* example_threads.c */
+
+/* ---- Registry -------------------------------------------------------------
+ * Built-ins live in a static table in registry.c. Extra C exporters can be
+ * added at run time (e.g. by another extension). Lookups are lock-free and
+ * may run concurrently with a registration; registrations are serialised
+ * by a mutex. Registered ops must stay valid for the life of the process. */
+
+#define RPERF_EXPORTER_MAX_EXTRA 32
+
+/* NULL when unknown. */
+const rperf_exporter_ops_t *rperf_exporter_find(const char *name);
+/* Number of registered exporters (built-ins first, in registration order). */
+size_t rperf_exporter_count(void);
+/* The i-th exporter, NULL when i >= rperf_exporter_count(). */
+const rperf_exporter_ops_t *rperf_exporter_at(size_t i);
+/* 0; -EINVAL (bad version, name or missing encode), -EEXIST (name taken),
+ * -ENOSPC (more than RPERF_EXPORTER_MAX_EXTRA extra exporters). */
+int rperf_exporter_register(const rperf_exporter_ops_t *ops);
+
+/* ---- Running an exporter --------------------------------------------------- */
+
+/* Check the view's invariants (frame indices in range, weights > 0,
+ * label-set ids in range, non-NULL arrays when counts are non-zero).
+ * Returns 0 or -EINVAL with a message in errbuf (may be NULL). */
+int rperf_view_check(const rperf_profile_view_t *view, char *errbuf, size_t errlen);
+
+/* Check the view and encode it into a new memory buffer (gzip-compressed
+ * when gzip is 1; gzip = -1 follows ops->gzip). On success returns 0 and
+ * stores a malloc'd buffer (release with free()); on failure a negative
+ * errno and a message in errbuf. */
+int rperf_export_to_memory(const rperf_exporter_ops_t *ops, const rperf_profile_view_t *view,
+                           const rperf_export_options_t *opts, int gzip,
+                           unsigned char **data, size_t *len, char *errbuf, size_t errlen);
+
+/* Same, into `path` atomically (temporary file + rename; nothing is left at
+ * `path` or beside it on failure). */
+int rperf_export_to_file(const rperf_exporter_ops_t *ops, const rperf_profile_view_t *view,
+                         const rperf_export_options_t *opts, int gzip, const char *path,
+                         char *errbuf, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* RPERF_EXPORTER_H */

@@ -1,0 +1,182 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * run.c — running an exporter: option defaults, the view invariant check,
+ * and the two drivers rperf_export_to_memory() / rperf_export_to_file()
+ * that wire writer, optional gzip and the exporter's encode() together.
+ *
+ * Context: any non-signal thread; no Ruby API.
+ * See also writer.c, registry.c, rperf_exporter.h.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rperf_exporter.h"
+
+void
+rperf_export_options_init(rperf_export_options_t *o)
+{
+    o->top_n = 50;
+    o->header = 1;
+}
+
+static void
+set_err(char *errbuf, size_t errlen, const char *msg)
+{
+    if (errbuf && errlen) {
+        snprintf(errbuf, errlen, "%s", msg);
+    }
+}
+
+int
+rperf_view_check(const rperf_profile_view_t *v, char *errbuf, size_t errlen)
+{
+    char msg[160];
+    if (!v) {
+        set_err(errbuf, errlen, "no profile view");
+        return -EINVAL;
+    }
+    if ((v->frame_count && !v->frames) || (v->sample_count && !v->samples) ||
+        (v->label_set_count && !v->label_sets) || (v->thread_count && !v->threads)) {
+        set_err(errbuf, errlen, "profile view: NULL array with a non-zero count");
+        return -EINVAL;
+    }
+    if (v->mode != RPERF_MODE_CPU && v->mode != RPERF_MODE_WALL) {
+        set_err(errbuf, errlen, "profile view: bad mode");
+        return -EINVAL;
+    }
+    if (v->frequency < 0) {
+        set_err(errbuf, errlen, "profile view: negative frequency");
+        return -EINVAL;
+    }
+    for (size_t i = 0; i < v->sample_count; i++) {
+        const rperf_view_sample_t *s = &v->samples[i];
+        if (s->weight <= 0) {
+            snprintf(msg, sizeof msg, "profile view: sample %zu has weight %lld <= 0", i,
+                     (long long)s->weight);
+            set_err(errbuf, errlen, msg);
+            return -EINVAL;
+        }
+        if (s->depth && !s->frames) {
+            snprintf(msg, sizeof msg, "profile view: sample %zu has no frame array", i);
+            set_err(errbuf, errlen, msg);
+            return -EINVAL;
+        }
+        if (s->label_set_id && s->label_set_id >= v->label_set_count) {
+            snprintf(msg, sizeof msg, "profile view: sample %zu: label set %u out of range", i,
+                     s->label_set_id);
+            set_err(errbuf, errlen, msg);
+            return -EINVAL;
+        }
+        for (uint32_t d = 0; d < s->depth; d++) {
+            if (s->frames[d] >= v->frame_count) {
+                snprintf(msg, sizeof msg, "profile view: sample %zu: frame %u out of range", i,
+                         s->frames[d]);
+                set_err(errbuf, errlen, msg);
+                return -EINVAL;
+            }
+        }
+    }
+    for (size_t i = 0; i < v->label_set_count; i++) {
+        if (v->label_sets[i].count && !v->label_sets[i].labels) {
+            set_err(errbuf, errlen, "profile view: label set with NULL labels");
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
+
+static int
+finish_error(int rc, rperf_writer_t *w, const rperf_exporter_ops_t *ops, char *errbuf,
+             size_t errlen)
+{
+    if (errbuf && errlen) {
+        const char *m = w ? rperf_writer_error(w) : "";
+        if (*m)
+            snprintf(errbuf, errlen, "%s", m);
+        else
+            snprintf(errbuf, errlen, "%s: %s", ops ? ops->name : "export", strerror(-rc));
+    }
+    return rc;
+}
+
+/* Encode into `sink`, through a gzip writer when asked. */
+static int
+encode_into(const rperf_exporter_ops_t *ops, const rperf_profile_view_t *view,
+            const rperf_export_options_t *opts, int gzip, rperf_writer_t *sink,
+            char *errbuf, size_t errlen)
+{
+    rperf_export_options_t defaults;
+    if (!opts) {
+        rperf_export_options_init(&defaults);
+        opts = &defaults;
+    }
+    rperf_writer_t *gz = NULL;
+    rperf_writer_t *w = sink;
+    int rc;
+    if (gzip) {
+        if ((rc = rperf_writer_gzip_open(&gz, sink, -1)))
+            return finish_error(rc, NULL, ops, errbuf, errlen);
+        w = gz;
+    }
+    rc = ops->encode(view, opts, w);
+    if (rc == 0)
+        rc = rperf_writer_status(w);
+    if (rc == 0 && gz)
+        rc = rperf_writer_finish(gz);
+    if (rc)
+        finish_error(rc, w, ops, errbuf, errlen);
+    rperf_writer_free(gz);
+    return rc;
+}
+
+int
+rperf_export_to_memory(const rperf_exporter_ops_t *ops, const rperf_profile_view_t *view,
+                       const rperf_export_options_t *opts, int gzip, unsigned char **data,
+                       size_t *len, char *errbuf, size_t errlen)
+{
+    if (!ops || !data || !len)
+        return finish_error(-EINVAL, NULL, ops, errbuf, errlen);
+    int rc = rperf_view_check(view, errbuf, errlen);
+    if (rc)
+        return rc;
+    if (gzip < 0)
+        gzip = ops->gzip;
+    rperf_writer_t *w;
+    if ((rc = rperf_writer_memory_open(&w)))
+        return finish_error(rc, NULL, ops, errbuf, errlen);
+    rc = encode_into(ops, view, opts, gzip, w, errbuf, errlen);
+    if (rc == 0) {
+        *data = rperf_writer_memory_take(w, len);
+        if (!*data)
+            rc = finish_error(-ENOMEM, NULL, ops, errbuf, errlen);
+    }
+    rperf_writer_free(w);
+    return rc;
+}
+
+int
+rperf_export_to_file(const rperf_exporter_ops_t *ops, const rperf_profile_view_t *view,
+                     const rperf_export_options_t *opts, int gzip, const char *path,
+                     char *errbuf, size_t errlen)
+{
+    if (!ops || !path)
+        return finish_error(-EINVAL, NULL, ops, errbuf, errlen);
+    int rc = rperf_view_check(view, errbuf, errlen);
+    if (rc)
+        return rc;
+    if (gzip < 0)
+        gzip = ops->gzip;
+    rperf_writer_t *w;
+    if ((rc = rperf_writer_file_open(&w, path))) {
+        if (errbuf && errlen)
+            snprintf(errbuf, errlen, "cannot create %s: %s", path, strerror(-rc));
+        return rc;
+    }
+    rc = encode_into(ops, view, opts, gzip, w, errbuf, errlen);
+    if (rc == 0 && (rc = rperf_writer_finish(w)))
+        finish_error(rc, w, ops, errbuf, errlen);
+    rperf_writer_free(w); /* removes the temporary file unless finished */
+    return rc;
+}

@@ -1,0 +1,474 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * util.c — the helpers of exporter_internal.h: byte buffer, string and
+ * uint32-sequence interning tables, UTF-8 validation/sanitising, thread
+ * lookup and number formatting.
+ *
+ * Context: any non-signal thread; no Ruby API; no shared state.
+ *
+ * DESIGN
+ * Both interning tables keep their keys in one contiguous store and the
+ * per-id metadata in parallel arrays; the hash index holds id+1 per slot
+ * (0 = empty), linear probing, load factor <= 1/2, so lookups cost one hash
+ * plus usually one key comparison. Ids are dense and in insertion order,
+ * which is what the encoders want (pprof string table, frame tables).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exporter_internal.h"
+
+/* ---- buffer ---------------------------------------------------------------- */
+
+int
+rperf__buf_reserve(rperf__buf_t *b, size_t extra)
+{
+    if (b->cap - b->len >= extra)
+        return 0;
+    size_t need = b->len + extra;
+    if (need < b->len)
+        return -ENOMEM;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < need) {
+        if (cap > SIZE_MAX / 2)
+            return -ENOMEM;
+        cap *= 2;
+    }
+    unsigned char *p = realloc(b->data, cap);
+    if (!p)
+        return -ENOMEM;
+    b->data = p;
+    b->cap = cap;
+    return 0;
+}
+
+int
+rperf__buf_append(rperf__buf_t *b, const void *p, size_t n)
+{
+    if (n == 0)
+        return 0;
+    int rc = rperf__buf_reserve(b, n);
+    if (rc)
+        return rc;
+    memcpy(b->data + b->len, p, n);
+    b->len += n;
+    return 0;
+}
+
+void
+rperf__buf_free(rperf__buf_t *b)
+{
+    free(b->data);
+    b->data = NULL;
+    b->len = b->cap = 0;
+}
+
+/* ---- hashing ----------------------------------------------------------------- */
+
+static inline uint64_t
+mix64(uint64_t h)
+{
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ULL;
+    h ^= h >> 33;
+    return h;
+}
+
+uint64_t
+rperf__hash_bytes(const void *p, size_t n, uint64_t seed)
+{
+    const unsigned char *s = p;
+    uint64_t h = seed ^ (n * 0x9e3779b97f4a7c15ULL);
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, s, 8);
+        h = (h ^ mix64(w)) * 0x9e3779b97f4a7c15ULL;
+        s += 8;
+        n -= 8;
+    }
+    uint64_t w = 0;
+    for (size_t i = 0; i < n; i++)
+        w |= (uint64_t)s[i] << (8 * i);
+    h = (h ^ mix64(w ^ 0x5bd1e995u)) * 0x9e3779b97f4a7c15ULL;
+    return mix64(h);
+}
+
+uint64_t
+rperf__hash_u32s(const uint32_t *p, size_t n, uint64_t seed)
+{
+    uint64_t h = seed ^ (n * 0x9e3779b97f4a7c15ULL);
+    size_t i = 0;
+    for (; i + 1 < n; i += 2) {
+        uint64_t w = (uint64_t)p[i] | ((uint64_t)p[i + 1] << 32);
+        h = (h ^ mix64(w)) * 0x9e3779b97f4a7c15ULL;
+    }
+    if (i < n)
+        h = (h ^ mix64((uint64_t)p[i] ^ 0x5bd1e99500000000ULL)) * 0x9e3779b97f4a7c15ULL;
+    return mix64(h);
+}
+
+/* ---- shared index helpers ------------------------------------------------------ */
+
+static size_t
+pow2_at_least(size_t n)
+{
+    size_t c = 16;
+    while (c < n)
+        c *= 2;
+    return c;
+}
+
+/* Grow the per-id arrays of either table (same layout of four fields). */
+static int
+grow_ids(size_t **off, uint32_t **len, uint64_t **hash, size_t *cap, size_t count)
+{
+    if (count < *cap)
+        return 0;
+    size_t nc = *cap ? *cap * 2 : 64;
+    size_t *o = realloc(*off, nc * sizeof *o);
+    if (!o)
+        return -ENOMEM;
+    *off = o;
+    uint32_t *l = realloc(*len, nc * sizeof *l);
+    if (!l)
+        return -ENOMEM;
+    *len = l;
+    uint64_t *h = realloc(*hash, nc * sizeof *h);
+    if (!h)
+        return -ENOMEM;
+    *hash = h;
+    *cap = nc;
+    return 0;
+}
+
+static int
+rehash(uint32_t **slots, size_t *slot_cap, const uint64_t *hash, size_t count, size_t new_cap)
+{
+    uint32_t *s = calloc(new_cap, sizeof *s);
+    if (!s)
+        return -ENOMEM;
+    size_t mask = new_cap - 1;
+    for (size_t id = 0; id < count; id++) {
+        size_t i = (size_t)hash[id] & mask;
+        while (s[i])
+            i = (i + 1) & mask;
+        s[i] = (uint32_t)id + 1;
+    }
+    free(*slots);
+    *slots = s;
+    *slot_cap = new_cap;
+    return 0;
+}
+
+/* ---- string map ---------------------------------------------------------------- */
+
+int
+rperf__strmap_init(rperf__strmap_t *m, size_t expected)
+{
+    memset(m, 0, sizeof *m);
+    return rehash(&m->slots, &m->slot_cap, NULL, 0, pow2_at_least(expected * 2));
+}
+
+int
+rperf__strmap_intern(rperf__strmap_t *m, const char *p, size_t n, uint32_t *id, int *is_new)
+{
+    if (n > UINT32_MAX || m->count >= UINT32_MAX - 1)
+        return -EOVERFLOW;
+    uint64_t h = rperf__hash_bytes(p, n, 0);
+    size_t mask = m->slot_cap - 1;
+    size_t i = (size_t)h & mask;
+    for (;;) {
+        uint32_t s = m->slots[i];
+        if (!s)
+            break;
+        uint32_t cand = s - 1;
+        if (m->hash[cand] == h && m->len[cand] == n &&
+            (n == 0 || memcmp(m->bytes.data + m->off[cand], p, n) == 0)) {
+            *id = cand;
+            if (is_new)
+                *is_new = 0;
+            return 0;
+        }
+        i = (i + 1) & mask;
+    }
+    int rc = grow_ids(&m->off, &m->len, &m->hash, &m->ids_cap, m->count);
+    if (rc)
+        return rc;
+    size_t off = m->bytes.len;
+    if ((rc = rperf__buf_append(&m->bytes, p, n)))
+        return rc;
+    uint32_t nid = (uint32_t)m->count++;
+    m->off[nid] = off;
+    m->len[nid] = (uint32_t)n;
+    m->hash[nid] = h;
+    m->slots[i] = nid + 1;
+    if (m->count * 2 > m->slot_cap) {
+        if ((rc = rehash(&m->slots, &m->slot_cap, m->hash, m->count, m->slot_cap * 2)))
+            return rc;
+    }
+    *id = nid;
+    if (is_new)
+        *is_new = 1;
+    return 0;
+}
+
+const char *
+rperf__strmap_get(const rperf__strmap_t *m, uint32_t id, size_t *n)
+{
+    *n = m->len[id];
+    /* An empty store has data == NULL; hand out "" instead. */
+    return m->bytes.data ? (const char *)m->bytes.data + m->off[id] : "";
+}
+
+void
+rperf__strmap_free(rperf__strmap_t *m)
+{
+    rperf__buf_free(&m->bytes);
+    free(m->off);
+    free(m->len);
+    free(m->hash);
+    free(m->slots);
+    memset(m, 0, sizeof *m);
+}
+
+/* ---- sequence map ---------------------------------------------------------------- */
+
+int
+rperf__seqmap_init(rperf__seqmap_t *m, size_t expected)
+{
+    memset(m, 0, sizeof *m);
+    return rehash(&m->slots, &m->slot_cap, NULL, 0, pow2_at_least(expected * 2));
+}
+
+int
+rperf__seqmap_intern(rperf__seqmap_t *m, const uint32_t *seq, uint32_t n, uint32_t *id, int *is_new)
+{
+    if (m->count >= UINT32_MAX - 1)
+        return -EOVERFLOW;
+    uint64_t h = rperf__hash_u32s(seq, n, 0);
+    size_t mask = m->slot_cap - 1;
+    size_t i = (size_t)h & mask;
+    for (;;) {
+        uint32_t s = m->slots[i];
+        if (!s)
+            break;
+        uint32_t cand = s - 1;
+        if (m->hash[cand] == h && m->len[cand] == n &&
+            (n == 0 || memcmp(m->keys + m->off[cand], seq, (size_t)n * sizeof *seq) == 0)) {
+            *id = cand;
+            if (is_new)
+                *is_new = 0;
+            return 0;
+        }
+        i = (i + 1) & mask;
+    }
+    int rc = grow_ids(&m->off, &m->len, &m->hash, &m->ids_cap, m->count);
+    if (rc)
+        return rc;
+    if (m->keys_cap - m->keys_len < n) {
+        size_t nc = m->keys_cap ? m->keys_cap : 1024;
+        while (nc - m->keys_len < n)
+            nc *= 2;
+        uint32_t *k = realloc(m->keys, nc * sizeof *k);
+        if (!k)
+            return -ENOMEM;
+        m->keys = k;
+        m->keys_cap = nc;
+    }
+    if (n)
+        memcpy(m->keys + m->keys_len, seq, (size_t)n * sizeof *seq);
+    uint32_t nid = (uint32_t)m->count++;
+    m->off[nid] = m->keys_len;
+    m->len[nid] = n;
+    m->hash[nid] = h;
+    m->keys_len += n;
+    m->slots[i] = nid + 1;
+    if (m->count * 2 > m->slot_cap) {
+        if ((rc = rehash(&m->slots, &m->slot_cap, m->hash, m->count, m->slot_cap * 2)))
+            return rc;
+    }
+    *id = nid;
+    if (is_new)
+        *is_new = 1;
+    return 0;
+}
+
+const uint32_t *
+rperf__seqmap_get(const rperf__seqmap_t *m, uint32_t id, uint32_t *n)
+{
+    *n = m->len[id];
+    return m->keys ? m->keys + m->off[id] : NULL;
+}
+
+void
+rperf__seqmap_free(rperf__seqmap_t *m)
+{
+    free(m->keys);
+    free(m->off);
+    free(m->len);
+    free(m->hash);
+    free(m->slots);
+    memset(m, 0, sizeof *m);
+}
+
+/* ---- UTF-8 ------------------------------------------------------------------------- */
+
+/* Length of the valid UTF-8 sequence at s[0..n), or 0 if invalid there. */
+static size_t
+utf8_seq_len(const unsigned char *s, size_t n)
+{
+    unsigned c = s[0];
+    if (c < 0x80)
+        return 1;
+    if (c < 0xc2)
+        return 0;
+    if (c < 0xe0) {
+        return (n >= 2 && (s[1] & 0xc0) == 0x80) ? 2 : 0;
+    }
+    if (c < 0xf0) {
+        if (n < 3 || (s[1] & 0xc0) != 0x80 || (s[2] & 0xc0) != 0x80)
+            return 0;
+        if (c == 0xe0 && s[1] < 0xa0)
+            return 0; /* overlong */
+        if (c == 0xed && s[1] >= 0xa0)
+            return 0; /* surrogate */
+        return 3;
+    }
+    if (c < 0xf5) {
+        if (n < 4 || (s[1] & 0xc0) != 0x80 || (s[2] & 0xc0) != 0x80 || (s[3] & 0xc0) != 0x80)
+            return 0;
+        if (c == 0xf0 && s[1] < 0x90)
+            return 0; /* overlong */
+        if (c == 0xf4 && s[1] >= 0x90)
+            return 0; /* > U+10FFFF */
+        return 4;
+    }
+    return 0;
+}
+
+int
+rperf__utf8_valid(const char *p, size_t n)
+{
+    const unsigned char *s = (const unsigned char *)p;
+    size_t i = 0;
+    while (i < n) {
+        /* Fast path for ASCII runs, 8 bytes at a time. */
+        if (n - i >= 8) {
+            uint64_t w;
+            memcpy(&w, s + i, 8);
+            if (!(w & 0x8080808080808080ULL)) {
+                i += 8;
+                continue;
+            }
+        }
+        size_t l = utf8_seq_len(s + i, n - i);
+        if (!l)
+            return 0;
+        i += l;
+    }
+    return 1;
+}
+
+const char *
+rperf__utf8_sanitize(const char *p, size_t n, rperf__buf_t *scratch, size_t *out_len)
+{
+    if (rperf__utf8_valid(p, n)) {
+        *out_len = n;
+        return p;
+    }
+    static const unsigned char repl[3] = {0xef, 0xbf, 0xbd};
+    const unsigned char *s = (const unsigned char *)p;
+    scratch->len = 0;
+    if (rperf__buf_reserve(scratch, n * 3 + 1))
+        return NULL;
+    size_t i = 0;
+    while (i < n) {
+        size_t l = utf8_seq_len(s + i, n - i);
+        if (l) {
+            memcpy(scratch->data + scratch->len, s + i, l);
+            scratch->len += l;
+            i += l;
+        } else {
+            memcpy(scratch->data + scratch->len, repl, 3);
+            scratch->len += 3;
+            i++;
+        }
+    }
+    *out_len = scratch->len;
+    return (const char *)scratch->data;
+}
+
+/* ---- threads --------------------------------------------------------------------------- */
+
+static int
+cmp_thread(const void *a, const void *b)
+{
+    const rperf_view_thread_t *x = *(const rperf_view_thread_t *const *)a;
+    const rperf_view_thread_t *y = *(const rperf_view_thread_t *const *)b;
+    return (x->thread_seq > y->thread_seq) - (x->thread_seq < y->thread_seq);
+}
+
+int
+rperf__threads_index(rperf__threads_t *t, const rperf_profile_view_t *view)
+{
+    t->sorted = NULL;
+    t->count = 0;
+    if (!view->thread_count)
+        return 0;
+    t->sorted = malloc(view->thread_count * sizeof *t->sorted);
+    if (!t->sorted)
+        return -ENOMEM;
+    for (size_t i = 0; i < view->thread_count; i++)
+        t->sorted[i] = &view->threads[i];
+    qsort(t->sorted, view->thread_count, sizeof *t->sorted, cmp_thread);
+    t->count = view->thread_count;
+    return 0;
+}
+
+const rperf_view_thread_t *
+rperf__threads_find(const rperf__threads_t *t, uint32_t thread_seq)
+{
+    size_t lo = 0, hi = t->count;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        uint32_t s = t->sorted[mid]->thread_seq;
+        if (s == thread_seq)
+            return t->sorted[mid];
+        if (s < thread_seq)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+
+void
+rperf__threads_free(rperf__threads_t *t)
+{
+    free(t->sorted);
+    t->sorted = NULL;
+    t->count = 0;
+}
+
+/* ---- formatting ------------------------------------------------------------------------ */
+
+size_t
+rperf__fmt_thousands(char *buf, uint64_t v)
+{
+    char tmp[32];
+    size_t n = 0, digits = 0;
+    do {
+        if (digits && digits % 3 == 0)
+            tmp[n++] = ',';
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+        digits++;
+    } while (v);
+    for (size_t i = 0; i < n; i++)
+        buf[i] = tmp[n - 1 - i];
+    buf[n] = '\0';
+    return n;
+}

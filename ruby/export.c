@@ -1,0 +1,741 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * export.c — the Ruby binding of exporters/: converts a result Hash
+ * (behaviour doc §4 shape, plus :threads) into an rperf_profile_view_t and
+ * runs a C exporter on it. Defines, on module Rperf:
+ *   Rperf._encode(name, data, opts)             -> String
+ *   Rperf._encode_file(name, data, path, opts)  -> path (atomic write; gzip per exporter)
+ *   Rperf._c_exporters                          -> [[name, suffix, description, gzip], …]
+ *   Rperf.gzip(string)                          -> gzip-compressed binary String
+ * (the public Rperf::PProf/Collapsed/JSON/Text.encode, Rperf.save … are in
+ * ruby/lib/rperf/exporters.rb).
+ *
+ * Context: GVL held on entry (Ruby methods). The encoders themselves run
+ * with the GVL released: by then the view points only at memory owned here.
+ *
+ * DESIGN — conversion without leaks or dangling pointers
+ * - All memory lives in one conv_t, released by rb_ensure() whatever the
+ *   body raises (TypeError on a malformed tuple, an exception from a label's
+ *   #to_s, NoMemoryError…).
+ * - Phase 1 may run Ruby code (#to_s on label keys/values, Hash lookups):
+ *   metadata, label sets, threads. Every string is COPIED into the arena.
+ * - Phase 2 walks :aggregated_samples calling no Ruby method and allocating
+ *   no Ruby object (only type checks, which raise on bad input), so no GC —
+ *   hence no compaction — can run while it uses VALUE identities and
+ *   RSTRING_PTRs. Frames are deduplicated by (path, label): first by the
+ *   identity of the pair Array (cheap: engine results share pairs), then by
+ *   content (the frame store keeps a copy of the bytes).
+ * - Phase 3 encodes with the GVL released, then builds the result String.
+ * See also exporters/rperf_exporter.h, docs/exporters.md.
+ */
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <ruby.h>
+#include <ruby/encoding.h>
+#include <ruby/thread.h>
+
+#include "rperf_exporter.h"
+#include "exporter_internal.h"
+
+void rperf_rb_exporters_init(VALUE mRperf);
+
+/* ---- arena: stable pointers for phase-1 strings ---------------------------- */
+
+typedef struct chunk {
+    struct chunk *next;
+    size_t used, cap;
+    _Alignas(max_align_t) char data[];
+} chunk_t;
+
+/* ---- identity map (path VALUE, label VALUE) -> frame index ------------------- */
+
+typedef struct {
+    VALUE pair;     /* the [path, label(, line)] Array object */
+    uint32_t idx;   /* frame index + 1; 0 = empty */
+} ident_slot_t;
+
+typedef struct {
+    int32_t line;
+    uint32_t path_len;
+} frame_meta_t;
+
+typedef struct conv {
+    chunk_t *chunks;
+    /* frames: key bytes in `fstore` = [u32 path_len][path][label] */
+    rperf__strmap_t fstore;
+    frame_meta_t *fmeta;
+    size_t fmeta_cap;
+    rperf_view_frame_t *frames;
+    ident_slot_t *ident;
+    size_t ident_cap, ident_count;
+    rperf__buf_t key;
+    /* samples */
+    rperf_view_sample_t *samples;
+    size_t nsamples;
+    uint32_t *stacks;
+    /* labels, threads */
+    rperf_view_label_set_t *sets;
+    size_t nsets;
+    rperf_view_thread_t *threads;
+    size_t nthreads;
+    rperf_profile_view_t view;
+    rperf_export_options_t opts;
+    /* what to run */
+    const rperf_exporter_ops_t *ops;
+    int gzip;
+    const char *path;       /* arena copy; NULL = to memory */
+    unsigned char *out;
+    size_t outlen;
+    int rc;
+    char err[512];
+} conv_t;
+
+static ID id_to_s;
+static VALUE sym_mode, sym_frequency, sym_start_time_ns, sym_duration_ns, sym_sampling_count,
+    sym_aggregated_samples, sym_label_sets, sym_threads, sym_cpu, sym_wall, sym_thread_seq,
+    sym_ractor_id, sym_name, sym_native_tid, sym_top_n, sym_header;
+
+static void
+conv_free(conv_t *c)
+{
+    chunk_t *ch = c->chunks;
+    while (ch) {
+        chunk_t *n = ch->next;
+        free(ch);
+        ch = n;
+    }
+    rperf__strmap_free(&c->fstore);
+    rperf__buf_free(&c->key);
+    free(c->fmeta);
+    free(c->frames);
+    free(c->ident);
+    free(c->samples);
+    free(c->stacks);
+    free(c->sets);
+    free(c->threads);
+    free(c->out);
+    memset(c, 0, sizeof *c);
+}
+
+static void *
+xalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p)
+        rb_memerror();
+    return p;
+}
+
+/* `n` bytes aligned for any object type, valid until conv_free(). */
+static void *
+arena_alloc(conv_t *c, size_t n)
+{
+    const size_t align = _Alignof(max_align_t);
+    chunk_t *ch = c->chunks;
+    size_t at = ch ? (ch->used + align - 1) & ~(align - 1) : 0;
+    if (!ch || at > ch->cap || ch->cap - at < n) {
+        size_t cap = n > 65536 ? n : 65536;
+        chunk_t *nc = xalloc(sizeof *nc + cap);
+        nc->next = c->chunks;
+        nc->used = 0;
+        nc->cap = cap;
+        c->chunks = ch = nc;
+        at = 0;
+    }
+    ch->used = at + n;
+    return ch->data + at;
+}
+
+static char *
+arena_copy(conv_t *c, const char *p, size_t n)
+{
+    char *d = arena_alloc(c, n + 1);
+    if (n)
+        memcpy(d, p, n);
+    d[n] = '\0';
+    return d;
+}
+
+/* Copy a Ruby String (the caller guarantees the type) into the arena. */
+static rperf_str_t
+arena_str(conv_t *c, VALUE s)
+{
+    rperf_str_t r;
+    r.len = (size_t)RSTRING_LEN(s);
+    r.ptr = arena_copy(c, RSTRING_PTR(s), r.len);
+    return r;
+}
+
+/* Phase 1 only (may call #to_s): Symbol -> its name, String as is, else #to_s. */
+static VALUE
+to_str_value(VALUE v)
+{
+    if (RB_TYPE_P(v, T_STRING))
+        return v;
+    if (RB_TYPE_P(v, T_SYMBOL))
+        return rb_sym2str(v);
+    VALUE s = rb_funcall(v, id_to_s, 0);
+    if (!RB_TYPE_P(s, T_STRING))
+        rb_raise(rb_eTypeError, "rperf: #to_s of a label did not return a String");
+    return s;
+}
+
+static int64_t
+opt_int(VALUE h, VALUE key, const char *what, int *present)
+{
+    VALUE v = rb_hash_lookup2(h, key, Qnil);
+    *present = !NIL_P(v);
+    if (NIL_P(v))
+        return 0;
+    if (!RB_INTEGER_TYPE_P(v))
+        rb_raise(rb_eTypeError, "rperf: %s must be an Integer, got %" PRIsVALUE, what,
+                 rb_inspect(v));
+    return (int64_t)NUM2LL(v);
+}
+
+/* ---- phase 1 ------------------------------------------------------------------ */
+
+static void
+convert_meta(conv_t *c, VALUE data)
+{
+    rperf_profile_view_t *v = &c->view;
+    VALUE mode = rb_hash_lookup2(data, sym_mode, Qnil);
+    if (NIL_P(mode) || mode == sym_cpu) {
+        v->mode = RPERF_MODE_CPU;
+    } else if (mode == sym_wall) {
+        v->mode = RPERF_MODE_WALL;
+    } else if (RB_TYPE_P(mode, T_STRING) && strcmp(StringValueCStr(mode), "wall") == 0) {
+        v->mode = RPERF_MODE_WALL; /* data loaded from JSON carries a String */
+    } else if (RB_TYPE_P(mode, T_STRING) && strcmp(StringValueCStr(mode), "cpu") == 0) {
+        v->mode = RPERF_MODE_CPU;
+    } else {
+        rb_raise(rb_eArgError, "rperf: :mode must be :cpu or :wall, got %" PRIsVALUE,
+                 rb_inspect(mode));
+    }
+    int present;
+    int64_t f = opt_int(data, sym_frequency, ":frequency", &present);
+    if (f < 0 || f > INT32_MAX)
+        rb_raise(rb_eArgError, "rperf: :frequency out of range");
+    v->frequency = (int32_t)f;
+    v->start_time_ns = opt_int(data, sym_start_time_ns, ":start_time_ns", &present);
+    if (present)
+        v->flags |= RPERF_VIEW_HAS_START_TIME;
+    v->duration_ns = opt_int(data, sym_duration_ns, ":duration_ns", &present);
+    if (present)
+        v->flags |= RPERF_VIEW_HAS_DURATION;
+    v->sampling_count = opt_int(data, sym_sampling_count, ":sampling_count", &present);
+    if (present)
+        v->flags |= RPERF_VIEW_HAS_SAMPLING_COUNT;
+}
+
+typedef struct {
+    conv_t *c;
+    rperf_view_label_t *labels;
+    uint32_t n, cap;
+} label_iter_t;
+
+static int
+label_i(VALUE key, VALUE val, VALUE arg)
+{
+    label_iter_t *it = (label_iter_t *)arg;
+    if (NIL_P(val))
+        return ST_CONTINUE;
+    if (it->n >= it->cap) /* a #to_s grew the Hash under us */
+        rb_raise(rb_eRuntimeError, "rperf: label set modified during export");
+    VALUE ks = to_str_value(key);
+    rperf_str_t k = arena_str(it->c, ks);
+    VALUE vs = to_str_value(val);
+    rperf_str_t v = arena_str(it->c, vs);
+    it->labels[it->n].key = k;
+    it->labels[it->n].value = v;
+    it->n++;
+    return ST_CONTINUE;
+}
+
+static void
+convert_label_sets(conv_t *c, VALUE data)
+{
+    VALUE sets = rb_hash_lookup2(data, sym_label_sets, Qnil);
+    if (NIL_P(sets))
+        return;
+    if (!RB_TYPE_P(sets, T_ARRAY))
+        rb_raise(rb_eTypeError, "rperf: :label_sets must be an Array of Hash");
+    long n = RARRAY_LEN(sets);
+    c->sets = xalloc((size_t)(n > 0 ? n : 1) * sizeof *c->sets);
+    memset(c->sets, 0, (size_t)(n > 0 ? n : 1) * sizeof *c->sets);
+    c->nsets = (size_t)n;
+    for (long i = 0; i < n && i < RARRAY_LEN(sets); i++) {
+        VALUE h = RARRAY_AREF(sets, i);
+        if (NIL_P(h))
+            continue;
+        if (!RB_TYPE_P(h, T_HASH))
+            rb_raise(rb_eTypeError, "rperf: :label_sets[%ld] must be a Hash", i);
+        size_t cnt = RHASH_SIZE(h);
+        if (!cnt)
+            continue;
+        rperf_view_label_t *labels = arena_alloc(c, cnt * sizeof *labels);
+        label_iter_t it = {c, labels, 0, (uint32_t)cnt};
+        rb_hash_foreach(h, label_i, (VALUE)&it);
+        c->sets[i].labels = labels;
+        c->sets[i].count = it.n;
+    }
+    c->view.flags |= RPERF_VIEW_HAS_LABEL_SETS;
+}
+
+static void
+convert_threads(conv_t *c, VALUE data)
+{
+    VALUE threads = rb_hash_lookup2(data, sym_threads, Qnil);
+    if (NIL_P(threads))
+        return;
+    if (!RB_TYPE_P(threads, T_ARRAY))
+        rb_raise(rb_eTypeError, "rperf: :threads must be an Array of Hash");
+    long n = RARRAY_LEN(threads);
+    c->threads = xalloc((size_t)(n > 0 ? n : 1) * sizeof *c->threads);
+    c->nthreads = 0;
+    for (long i = 0; i < n && i < RARRAY_LEN(threads); i++) {
+        VALUE h = RARRAY_AREF(threads, i);
+        if (!RB_TYPE_P(h, T_HASH))
+            rb_raise(rb_eTypeError, "rperf: :threads[%ld] must be a Hash", i);
+        int present;
+        rperf_view_thread_t *t = &c->threads[c->nthreads];
+        memset(t, 0, sizeof *t);
+        int64_t seq = opt_int(h, sym_thread_seq, ":thread_seq", &present);
+        int64_t rid = opt_int(h, sym_ractor_id, ":ractor_id", &present);
+        if (seq < 0 || seq > UINT32_MAX || rid < 0 || rid > UINT32_MAX)
+            rb_raise(rb_eArgError, "rperf: :threads[%ld]: id out of range", i);
+        t->thread_seq = (uint32_t)seq;
+        t->ractor_id = (uint32_t)rid;
+        t->native_tid = opt_int(h, sym_native_tid, ":native_tid", &present);
+        VALUE name = rb_hash_lookup2(h, sym_name, Qnil);
+        if (!NIL_P(name))
+            t->name = arena_str(c, to_str_value(name));
+        c->nthreads++;
+    }
+}
+
+static void
+convert_opts(conv_t *c, VALUE opts)
+{
+    rperf_export_options_init(&c->opts);
+    if (NIL_P(opts))
+        return;
+    Check_Type(opts, T_HASH);
+    VALUE top = rb_hash_lookup2(opts, sym_top_n, Qnil);
+    if (!NIL_P(top)) {
+        if (!RB_INTEGER_TYPE_P(top) || NUM2LL(top) < 0 || NUM2LL(top) > INT32_MAX)
+            rb_raise(rb_eArgError, "top_n must be a non-negative Integer, got %" PRIsVALUE,
+                     rb_inspect(top));
+        c->opts.top_n = (int32_t)NUM2LL(top);
+    }
+    VALUE header = rb_hash_lookup2(opts, sym_header, Qundef);
+    if (header != Qundef)
+        c->opts.header = RTEST(header);
+}
+
+/* ---- phase 2: no Ruby calls, no Ruby allocation ----------------------------------- */
+
+static inline size_t
+ident_hash(VALUE v)
+{
+    uint64_t h = (uint64_t)v * 0x9e3779b97f4a7c15ULL;
+    return (size_t)(h ^ (h >> 29));
+}
+
+static void
+ident_grow(conv_t *c)
+{
+    size_t ncap = c->ident_cap ? c->ident_cap * 2 : 4096;
+    ident_slot_t *n = calloc(ncap, sizeof *n);
+    if (!n)
+        rb_memerror();
+    for (size_t i = 0; i < c->ident_cap; i++) {
+        ident_slot_t *s = &c->ident[i];
+        if (!s->idx)
+            continue;
+        size_t h = ident_hash(s->pair) & (ncap - 1);
+        while (n[h].idx)
+            h = (h + 1) & (ncap - 1);
+        n[h] = *s;
+    }
+    free(c->ident);
+    c->ident = n;
+    c->ident_cap = ncap;
+}
+
+static uint32_t
+frame_index(conv_t *c, VALUE pair, long si, long fi)
+{
+    /* Identity: the pair Array object. A pair seen before was type-checked
+     * then, and cannot have changed since (phase 2 runs no Ruby code). */
+    if ((c->ident_count + 1) * 2 > c->ident_cap)
+        ident_grow(c);
+    size_t mask = c->ident_cap - 1;
+    size_t h = ident_hash(pair) & mask;
+    while (c->ident[h].idx) {
+        if (c->ident[h].pair == pair)
+            return c->ident[h].idx - 1;
+        h = (h + 1) & mask;
+    }
+    if (!RB_TYPE_P(pair, T_ARRAY) || RARRAY_LEN(pair) < 2)
+        rb_raise(rb_eTypeError, "rperf: sample %ld frame %ld must be [path, label]", si, fi);
+    VALUE path = RARRAY_AREF(pair, 0), label = RARRAY_AREF(pair, 1);
+    if (!RB_TYPE_P(path, T_STRING) || !RB_TYPE_P(label, T_STRING))
+        rb_raise(rb_eTypeError, "rperf: sample %ld frame %ld: path and label must be Strings",
+                 si, fi);
+    int32_t line = 0;
+    if (RARRAY_LEN(pair) >= 3 && RB_FIXNUM_P(RARRAY_AREF(pair, 2))) {
+        long l = FIX2LONG(RARRAY_AREF(pair, 2));
+        line = l > 0 && l <= INT32_MAX ? (int32_t)l : 0;
+    }
+    /* Content: [u32 path_len][path][label]. */
+    uint32_t plen = (uint32_t)RSTRING_LEN(path);
+    size_t llen = (size_t)RSTRING_LEN(label);
+    c->key.len = 0;
+    if (rperf__buf_append(&c->key, &plen, sizeof plen) ||
+        rperf__buf_append(&c->key, RSTRING_PTR(path), plen) ||
+        rperf__buf_append(&c->key, RSTRING_PTR(label), llen))
+        rb_memerror();
+    uint32_t id;
+    int is_new;
+    if (rperf__strmap_intern(&c->fstore, (const char *)c->key.data, c->key.len, &id, &is_new))
+        rb_memerror();
+    if (is_new) {
+        if (id >= c->fmeta_cap) {
+            size_t nc = c->fmeta_cap ? c->fmeta_cap * 2 : 1024;
+            frame_meta_t *m = realloc(c->fmeta, nc * sizeof *m);
+            if (!m)
+                rb_memerror();
+            c->fmeta = m;
+            c->fmeta_cap = nc;
+        }
+        c->fmeta[id].line = line;
+        c->fmeta[id].path_len = plen;
+    } else if (c->fmeta[id].line == 0) {
+        c->fmeta[id].line = line;
+    }
+    c->ident[h].pair = pair;
+    c->ident[h].idx = id + 1;
+    c->ident_count++;
+    return id;
+}
+
+static uint32_t
+tuple_u32(VALUE tuple, long i, long si, const char *what)
+{
+    if (RARRAY_LEN(tuple) <= i)
+        return 0;
+    VALUE v = RARRAY_AREF(tuple, i);
+    if (NIL_P(v))
+        return 0;
+    if (!RB_FIXNUM_P(v) || FIX2LONG(v) < 0 || FIX2LONG(v) > (long)UINT32_MAX)
+        rb_raise(rb_eTypeError, "rperf: sample %ld: %s must be a non-negative Integer", si, what);
+    return (uint32_t)FIX2LONG(v);
+}
+
+static void
+convert_samples(conv_t *c, VALUE data)
+{
+    VALUE samples = rb_hash_lookup2(data, sym_aggregated_samples, Qnil);
+    if (rperf__strmap_init(&c->fstore, 1024))
+        rb_memerror();
+    if (NIL_P(samples))
+        return;
+    if (!RB_TYPE_P(samples, T_ARRAY))
+        rb_raise(rb_eTypeError, "rperf: :aggregated_samples must be an Array");
+    long n = RARRAY_LEN(samples);
+    /* Pre-pass: sizes. */
+    size_t total = 0;
+    for (long i = 0; i < n; i++) {
+        VALUE t = RARRAY_AREF(samples, i);
+        if (!RB_TYPE_P(t, T_ARRAY) || RARRAY_LEN(t) < 2 || !RB_TYPE_P(RARRAY_AREF(t, 0), T_ARRAY))
+            rb_raise(rb_eTypeError,
+                     "rperf: sample %ld must be [frames, weight, thread_seq, label_set_id]", i);
+        total += (size_t)RARRAY_LEN(RARRAY_AREF(t, 0));
+    }
+    c->samples = xalloc((size_t)(n > 0 ? n : 1) * sizeof *c->samples);
+    c->stacks = xalloc((total ? total : 1) * sizeof *c->stacks);
+    size_t at = 0;
+    for (long i = 0; i < n; i++) {
+        VALUE t = RARRAY_AREF(samples, i);
+        VALUE frames = RARRAY_AREF(t, 0);
+        VALUE wv = RARRAY_AREF(t, 1);
+        if (!RB_INTEGER_TYPE_P(wv))
+            rb_raise(rb_eTypeError, "rperf: sample %ld: weight must be an Integer", i);
+        /* NUM2LL on an Integer calls no Ruby method; it may raise RangeError. */
+        int64_t weight = (int64_t)NUM2LL(wv);
+        uint32_t seq = tuple_u32(t, 2, i, "thread_seq");
+        uint32_t set = tuple_u32(t, 3, i, "label_set_id");
+        if (set && set >= c->nsets) {
+            if (c->nsets)
+                rb_raise(rb_eArgError, "rperf: sample %ld: label_set_id %u out of range", i, set);
+            set = 0; /* no :label_sets: no labels (behaviour doc §8) */
+        }
+        long depth = RARRAY_LEN(frames);
+        if (at + (size_t)depth > total) /* the arrays changed since the pre-pass */
+            rb_raise(rb_eRuntimeError, "rperf: samples modified during export");
+        if (weight <= 0)
+            continue;
+        uint32_t *stack = c->stacks + at;
+        for (long d = 0; d < depth; d++)
+            stack[d] = frame_index(c, RARRAY_AREF(frames, d), i, d);
+        at += (size_t)depth;
+        rperf_view_sample_t *s = &c->samples[c->nsamples++];
+        s->frames = stack;
+        s->depth = (uint32_t)depth;
+        s->weight = weight;
+        s->thread_seq = seq;
+        s->label_set_id = set;
+    }
+}
+
+/* After phase 2: frames point into the (now final) frame store. */
+static void
+build_frames(conv_t *c)
+{
+    size_t nf = c->fstore.count;
+    c->frames = xalloc((nf ? nf : 1) * sizeof *c->frames);
+    for (uint32_t i = 0; i < nf; i++) {
+        size_t klen;
+        const char *k = rperf__strmap_get(&c->fstore, i, &klen);
+        uint32_t plen = c->fmeta[i].path_len;
+        c->frames[i].file.ptr = k + sizeof(uint32_t);
+        c->frames[i].file.len = plen;
+        c->frames[i].name.ptr = k + sizeof(uint32_t) + plen;
+        c->frames[i].name.len = klen - sizeof(uint32_t) - plen;
+        c->frames[i].line = c->fmeta[i].line;
+    }
+    rperf_profile_view_t *v = &c->view;
+    v->frames = c->frames;
+    v->frame_count = nf;
+    v->samples = c->samples;
+    v->sample_count = c->nsamples;
+    v->label_sets = c->sets;
+    v->label_set_count = c->nsets;
+    v->threads = c->threads;
+    v->thread_count = c->nthreads;
+}
+
+/* ---- phase 3 -------------------------------------------------------------------- */
+
+static void *
+run_export_nogvl(void *arg)
+{
+    conv_t *c = arg;
+    if (c->path)
+        c->rc = rperf_export_to_file(c->ops, &c->view, &c->opts, c->gzip, c->path, c->err,
+                                     sizeof c->err);
+    else
+        c->rc = rperf_export_to_memory(c->ops, &c->view, &c->opts, c->gzip, &c->out, &c->outlen,
+                                       c->err, sizeof c->err);
+    return NULL;
+}
+
+static void
+raise_export_error(conv_t *c)
+{
+    int e = -c->rc;
+    if (e == EINVAL)
+        rb_raise(rb_eArgError, "rperf: %s exporter: %s", c->ops->name, c->err);
+    if (e == ENOMEM)
+        rb_memerror();
+    rb_syserr_fail_str(e, rb_sprintf("rperf: %s exporter: %s", c->ops->name, c->err));
+}
+
+typedef struct {
+    conv_t *c;
+    VALUE name, data, path, opts;
+} call_t;
+
+static const rperf_exporter_ops_t *
+find_ops(VALUE name)
+{
+    if (RB_TYPE_P(name, T_SYMBOL))
+        name = rb_sym2str(name);
+    StringValue(name);
+    const rperf_exporter_ops_t *ops = rperf_exporter_find(StringValueCStr(name));
+    if (!ops)
+        rb_raise(rb_eArgError, "rperf: unknown C exporter %" PRIsVALUE, rb_inspect(name));
+    return ops;
+}
+
+static VALUE
+export_body(VALUE arg)
+{
+    call_t *a = (call_t *)arg;
+    conv_t *c = a->c;
+    c->ops = find_ops(a->name);
+    Check_Type(a->data, T_HASH);
+    if (!NIL_P(a->path)) {
+        FilePathValue(a->path);
+        c->path = arena_copy(c, RSTRING_PTR(a->path), (size_t)RSTRING_LEN(a->path));
+        c->gzip = -1; /* the exporter decides (pprof: gzip) */
+    } else {
+        c->gzip = 0;
+    }
+    /* phase 1 */
+    convert_opts(c, a->opts);
+    convert_meta(c, a->data);
+    convert_label_sets(c, a->data);
+    convert_threads(c, a->data);
+    VALUE desc = rb_const_get(rb_cObject, rb_intern("RUBY_DESCRIPTION"));
+    if (RB_TYPE_P(desc, T_STRING))
+        c->view.ruby_description = arena_str(c, desc);
+    VALUE mRperf = rb_const_get(rb_cObject, rb_intern("Rperf"));
+    VALUE ver = rb_const_defined(mRperf, rb_intern("VERSION"))
+                    ? rb_const_get(mRperf, rb_intern("VERSION")) : Qnil;
+    if (RB_TYPE_P(ver, T_STRING))
+        c->view.rperf_version = arena_str(c, ver);
+    else
+        c->view.rperf_version = (rperf_str_t){"unknown", 7};
+    /* phase 2 */
+    convert_samples(c, a->data);
+    build_frames(c);
+    /* phase 3 */
+    rb_thread_call_without_gvl(run_export_nogvl, c, NULL, NULL);
+    if (c->rc)
+        raise_export_error(c);
+    if (c->path)
+        return a->path;
+    VALUE str = rb_str_new((const char *)c->out, (long)c->outlen);
+    if (c->ops->flags & RPERF_EXPORTER_F_TEXT) {
+        rb_enc_associate(str, rb_utf8_encoding());
+        /* A plugin that broke its promise gets a binary String, not a
+         * broken UTF-8 one. */
+        if (rb_enc_str_coderange(str) == ENC_CODERANGE_BROKEN)
+            rb_enc_associate(str, rb_ascii8bit_encoding());
+    }
+    return str;
+}
+
+static VALUE
+export_ensure(VALUE arg)
+{
+    conv_free(((call_t *)arg)->c);
+    return Qnil;
+}
+
+static VALUE
+run_export(VALUE name, VALUE data, VALUE path, VALUE opts)
+{
+    conv_t c;
+    memset(&c, 0, sizeof c);
+    call_t a = {&c, name, data, path, opts};
+    return rb_ensure(export_body, (VALUE)&a, export_ensure, (VALUE)&a);
+}
+
+/* Rperf._encode(name, data, opts = nil) -> String. Uncompressed. */
+static VALUE
+rb_rperf_encode(int argc, VALUE *argv, VALUE self)
+{
+    (void)self;
+    rb_check_arity(argc, 2, 3);
+    return run_export(argv[0], argv[1], Qnil, argc > 2 ? argv[2] : Qnil);
+}
+
+/* Rperf._encode_file(name, data, path, opts = nil) -> path. Atomic; gzip for
+ * exporters that want it. Raises SystemCallError / ArgumentError. */
+static VALUE
+rb_rperf_encode_file(int argc, VALUE *argv, VALUE self)
+{
+    (void)self;
+    rb_check_arity(argc, 3, 4);
+    return run_export(argv[0], argv[1], argv[2], argc > 3 ? argv[3] : Qnil);
+}
+
+/* Rperf._c_exporters -> [[name, suffix, description, gzip?], …] */
+static VALUE
+rb_rperf_c_exporters(VALUE self)
+{
+    (void)self;
+    size_t n = rperf_exporter_count();
+    VALUE list = rb_ary_new_capa((long)n);
+    for (size_t i = 0; i < n; i++) {
+        const rperf_exporter_ops_t *ops = rperf_exporter_at(i);
+        if (!ops)
+            break;
+        rb_ary_push(list, rb_ary_new_from_args(4, rb_str_new_cstr(ops->name),
+                                               rb_str_new_cstr(ops->suffix),
+                                               rb_str_new_cstr(ops->description),
+                                               ops->gzip ? Qtrue : Qfalse));
+    }
+    return list;
+}
+
+typedef struct {
+    unsigned char *data;
+    size_t len;
+} owned_buf_t;
+
+static VALUE
+owned_to_str(VALUE arg)
+{
+    owned_buf_t *b = (owned_buf_t *)arg;
+    return rb_str_new((const char *)b->data, (long)b->len);
+}
+
+static VALUE
+owned_free(VALUE arg)
+{
+    free(((owned_buf_t *)arg)->data);
+    return Qnil;
+}
+
+/* Rperf.gzip(string) -> binary String (RFC 1952). The input bytes are read
+ * with the GVL held and no Ruby call in between, so they cannot move. */
+static VALUE
+rb_rperf_gzip(VALUE self, VALUE str)
+{
+    (void)self;
+    StringValue(str);
+    rperf_writer_t *mem = NULL, *gz = NULL;
+    int rc = rperf_writer_memory_open(&mem);
+    if (!rc)
+        rc = rperf_writer_gzip_open(&gz, mem, -1);
+    if (!rc)
+        rc = rperf_writer_write(gz, RSTRING_PTR(str), (size_t)RSTRING_LEN(str));
+    if (!rc)
+        rc = rperf_writer_finish(gz);
+    owned_buf_t b = {NULL, 0};
+    if (!rc && !(b.data = rperf_writer_memory_take(mem, &b.len)))
+        rc = -ENOMEM;
+    rperf_writer_free(gz);
+    rperf_writer_free(mem);
+    if (rc == -ENOMEM)
+        rb_memerror();
+    if (rc)
+        rb_raise(rb_eRuntimeError, "rperf: gzip failed: %s", strerror(-rc));
+    /* rb_str_new may raise NoMemoryError: free the buffer in any case. */
+    return rb_ensure(owned_to_str, (VALUE)&b, owned_free, (VALUE)&b);
+}
+
+void
+rperf_rb_exporters_init(VALUE mRperf)
+{
+    id_to_s = rb_intern("to_s");
+#define SYM(v, s) (v = ID2SYM(rb_intern(s)))
+    SYM(sym_mode, "mode");
+    SYM(sym_frequency, "frequency");
+    SYM(sym_start_time_ns, "start_time_ns");
+    SYM(sym_duration_ns, "duration_ns");
+    SYM(sym_sampling_count, "sampling_count");
+    SYM(sym_aggregated_samples, "aggregated_samples");
+    SYM(sym_label_sets, "label_sets");
+    SYM(sym_threads, "threads");
+    SYM(sym_cpu, "cpu");
+    SYM(sym_wall, "wall");
+    SYM(sym_thread_seq, "thread_seq");
+    SYM(sym_ractor_id, "ractor_id");
+    SYM(sym_name, "name");
+    SYM(sym_native_tid, "native_tid");
+    SYM(sym_top_n, "top_n");
+    SYM(sym_header, "header");
+#undef SYM
+    rb_define_module_function(mRperf, "_encode", rb_rperf_encode, -1);
+    rb_define_module_function(mRperf, "_encode_file", rb_rperf_encode_file, -1);
+    rb_define_module_function(mRperf, "_c_exporters", rb_rperf_c_exporters, 0);
+    rb_define_module_function(mRperf, "gzip", rb_rperf_gzip, 1);
+}

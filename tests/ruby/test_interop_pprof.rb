@@ -1,0 +1,110 @@
+# frozen_string_literal: true
+
+# tests/ruby/test_interop_pprof.rb — pprof output read by independent strict
+# readers (validators reference §1): pprof-strict (Debian's Go `profile`
+# package: parse + CheckValid) and `go tool pprof -raw`, on cpu and wall
+# profiles with threads, Ractors, labels, GVL/GC frames, invalid UTF-8, an
+# empty profile, a 1,500-frame stack, and — when the engine is available —
+# real profiles. A cross-check compares pprof's view of the stacks with our
+# collapsed output. Label: interop.
+
+require "test/unit"
+require "tmpdir"
+require "rperf"
+require_relative "../interop/helper"
+
+H = InteropHelper
+H.require_readers!([["pprof-strict (#{H::PPROF_STRICT})", File.executable?(H::PPROF_STRICT)],
+                    ["go (golang-go)", !H.go.nil?]])
+
+class TestInteropPprof < Test::Unit::TestCase
+  def setup
+    @dir = Dir.mktmpdir("rperf-pprof")
+  end
+
+  def teardown
+    FileUtils.rm_rf(@dir)
+  end
+
+  def save(name, data)
+    path = File.join(@dir, name)
+    Rperf.save(path, data, exporter: :pprof)
+    path
+  end
+
+  # Run both strict readers; return pprof-strict's summary and the -raw dump.
+  def strict_read(path)
+    out, err, st = H.run_cmd(H::PPROF_STRICT, path)
+    assert(st.success?, "pprof-strict rejected #{File.basename(path)}: #{err}")
+    raw, rerr, rst = H.run_cmd(H.go, "tool", "pprof", "-symbolize=none", "-raw", path)
+    assert(rst.success?, "go tool pprof -raw rejected #{File.basename(path)}: #{rerr}")
+    [out, raw]
+  end
+
+  def test_rich_cpu_and_wall
+    %i[cpu wall].each do |mode|
+      data = H.rich_profile(mode)
+      out, raw = strict_read(save("rich-#{mode}.pb.gz", data))
+      n = mode == :wall ? 9 : 7
+      assert_match(/OK types=\[#{mode}\/nanoseconds\] samples=#{n} .*mappings=0 period=1000000$/, out)
+      assert_match(/^PeriodType: #{mode} nanoseconds$/, raw)
+      assert_match(/^Comment: rperf #{Regexp.escape(Rperf::VERSION)}$/, raw)
+      assert_match(/^Comment: mode: #{mode}$/, raw)
+      assert_match(/^Comment: frequency: 1000Hz$/, raw)
+      assert_match(/ractor:\[2\] thread_seq:\[2\]/, raw)
+      assert_match(/endpoint:\[GET \/users\]/, raw)
+      assert_match(/job:\[Mailer\]/, raw)
+      assert_match(/Foo#bar app\.rb/, raw)
+      assert_match(/\[GC marking\] <GC>/, raw)
+      assert_match(/\[GVL blocked\] <GVL>/, raw) if mode == :wall
+      assert(raw.valid_encoding? || raw.force_encoding("UTF-8").valid_encoding?)
+    end
+  end
+
+  def test_empty_profile
+    out, = strict_read(save("empty.pb.gz", H.empty_profile))
+    assert_match(/OK types=\[wall\/nanoseconds\] samples=0 .*period=10000000$/, out)
+  end
+
+  def test_deep_stack
+    out, raw = strict_read(save("deep.pb.gz", H.deep_profile(1500)))
+    assert_match(/samples=2 locations=1500 functions=1500/, out)
+    assert_match(/Deep#m1499 deep\.rb/, raw)
+  end
+
+  def test_uncompressed_encode_is_accepted_too
+    path = File.join(@dir, "raw.pb")
+    File.binwrite(path, Rperf::PProf.encode(H.rich_profile))
+    strict_read(path)
+  end
+
+  # pprof's own reading of the stacks equals our collapsed output.
+  def test_cross_check_with_collapsed
+    data = H.many_profile(400)
+    _, raw = strict_read(save("many.pb.gz", data))
+    locs = {}
+    raw[/^Locations\n(.*?)^Mappings/m, 1].each_line do |l|
+      # "     1: 0x0 M=1 Mod3#meth3 lib3.rb:0 s=0()"
+      id, rest = l.strip.split(": ", 2)
+      locs[id.to_i] = rest.split(" ")[2]
+    end
+    folded = Hash.new(0)
+    raw[/^Samples:\n.*?\n(.*?)^Locations/m, 1].each_line do |l|
+      next unless l =~ /^\s*(\d+): ([\d ]+)$/
+      w = Regexp.last_match(1).to_i
+      stack = Regexp.last_match(2).split.map { |i| locs.fetch(i.to_i) }.reverse.join(";")
+      folded[stack] += w
+    end
+    ours = Rperf::Collapsed.encode(data).lines.to_h { |l| s, w = l.chomp.rpartition(" ").values_at(0, 2); [s, w.to_i] }
+    assert_equal(ours, folded)
+  end
+
+  def test_real_profiles
+    profiles = H.real_profiles
+    omit("engine not available yet (Rperf.start/stop): real-profile interop not run") unless profiles
+    profiles.each do |mode, data|
+      out, = strict_read(save("real-#{mode}.pb.gz", data))
+      assert_match(/OK types=\[#{mode}\/nanoseconds\]/, out)
+    end
+  end
+end

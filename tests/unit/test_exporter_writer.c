@@ -1,0 +1,343 @@
+/*
+ * test_exporter_writer.c — writers (memory, atomic file, gzip, sticky
+ * errors), the registry (built-ins, runtime registration, validation) and
+ * the export drivers' failure paths (no partial or temporary file left).
+ * Context: plain C test program, no Ruby. Uses a private directory under
+ * $TMPDIR (or /tmp), removed at the end.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "rperf_test.h"
+#include "test_exporter_fixture.h"
+
+static char dir[256];
+
+static int
+exists(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) == 0;
+}
+
+/* Number of directory entries other than . and .. */
+static int
+dir_entries(void)
+{
+    DIR *d = opendir(dir);
+    int n = 0;
+    struct dirent *e;
+    if (!d)
+        return -1;
+    while ((e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+            n++;
+    closedir(d);
+    return n;
+}
+
+static char *
+slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    size_t got = fread(s, 1, (size_t)n, f);
+    s[got] = '\0';
+    fclose(f);
+    *len = got;
+    return s;
+}
+
+RPERF_TEST(memory_writer)
+{
+    rperf_writer_t *w;
+    RPERF_CHECK_EQ(rperf_writer_memory_open(&w), 0);
+    RPERF_CHECK_EQ(rperf_writer_puts(w, "abc"), 0);
+    RPERF_CHECK_EQ(rperf_writer_printf(w, "-%d-", 42), 0);
+    char big[2000];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    RPERF_CHECK_EQ(rperf_writer_printf(w, "%s", big), 0); /* > printf's stack buffer */
+    size_t len;
+    const unsigned char *d = rperf_writer_memory_data(w, &len);
+    RPERF_CHECK_EQ(len, 7 + 1999);
+    RPERF_CHECK(memcmp(d, "abc-42-x", 8) == 0);
+    RPERF_CHECK_EQ(rperf_writer_bytes(w), 7 + 1999);
+    RPERF_CHECK_EQ(rperf_writer_finish(w), 0);
+    RPERF_CHECK_STR(rperf_writer_error(w), "");
+    unsigned char *taken = rperf_writer_memory_take(w, &len);
+    RPERF_CHECK(taken != NULL && len == 2006);
+    free(taken);
+    rperf_writer_free(w);
+    rperf_writer_free(NULL);
+}
+
+RPERF_TEST(sticky_error)
+{
+    rperf_writer_t *w;
+    RPERF_CHECK_EQ(rperf_writer_memory_open(&w), 0);
+    RPERF_CHECK_EQ(rperf_writer_fail(w, -EIO, "boom %d", 1), -EIO);
+    RPERF_CHECK_EQ(rperf_writer_fail(w, -ENOMEM, "second"), -EIO); /* first error wins */
+    RPERF_CHECK_EQ(rperf_writer_puts(w, "x"), -EIO);
+    RPERF_CHECK_EQ(rperf_writer_status(w), -EIO);
+    RPERF_CHECK_STR(rperf_writer_error(w), "boom 1");
+    RPERF_CHECK_EQ(rperf_writer_finish(w), -EIO);
+    rperf_writer_free(w);
+}
+
+RPERF_TEST(file_writer_atomic)
+{
+    char path[320];
+    snprintf(path, sizeof path, "%s/out.txt", dir);
+    rperf_writer_t *w;
+    RPERF_CHECK_EQ(rperf_writer_file_open(&w, path), 0);
+    for (int i = 0; i < 10000; i++) /* > the 64 KiB buffer */
+        rperf_writer_printf(w, "line %d\n", i);
+    char huge[100000];
+    memset(huge, 'z', sizeof huge); /* one write larger than the buffer */
+    RPERF_CHECK_EQ(rperf_writer_write(w, huge, sizeof huge), 0);
+    RPERF_CHECK(!exists(path));   /* nothing at the target before finish */
+    RPERF_CHECK_EQ(dir_entries(), 1); /* the temporary file */
+    RPERF_CHECK_EQ(rperf_writer_finish(w), 0);
+    RPERF_CHECK(exists(path));
+    RPERF_CHECK_EQ(dir_entries(), 1); /* renamed, no temp left */
+    rperf_writer_free(w);
+    RPERF_CHECK(exists(path));
+    size_t len;
+    char *s = slurp(path, &len);
+    RPERF_CHECK(s && strncmp(s, "line 0\nline 1\n", 14) == 0);
+    RPERF_CHECK(s && len == 98890 + sizeof huge);
+    free(s);
+    unlink(path);
+    /* Unfinished: freeing removes the temporary file, target untouched. */
+    RPERF_CHECK_EQ(rperf_writer_file_open(&w, path), 0);
+    rperf_writer_puts(w, "partial");
+    rperf_writer_free(w);
+    RPERF_CHECK(!exists(path));
+    RPERF_CHECK_EQ(dir_entries(), 0);
+}
+
+RPERF_TEST(file_writer_unwritable)
+{
+    char path[320];
+    snprintf(path, sizeof path, "%s/missing-dir/out.txt", dir);
+    rperf_writer_t *w = NULL;
+    RPERF_CHECK_EQ(rperf_writer_file_open(&w, path), -ENOENT);
+    RPERF_CHECK(w == NULL);
+    RPERF_CHECK_EQ(rperf_writer_file_open(&w, ""), -EINVAL);
+    rperf_profile_view_t v = fx_view();
+    char err[256] = "";
+    RPERF_CHECK_EQ(rperf_export_to_file(&rperf_exporter_text, &v, NULL, -1, path, err, sizeof err),
+                   -ENOENT);
+    RPERF_CHECK(strstr(err, "missing-dir") != NULL);
+    RPERF_CHECK_EQ(dir_entries(), 0);
+}
+
+RPERF_TEST(gzip_writer)
+{
+    rperf_writer_t *mem, *gz;
+    RPERF_CHECK_EQ(rperf_writer_memory_open(&mem), 0);
+    RPERF_CHECK_EQ(rperf_writer_gzip_open(&gz, mem, -1), 0);
+    RPERF_CHECK_EQ(rperf_writer_gzip_open(&gz, NULL, 1), -EINVAL);
+    for (int i = 0; i < 50000; i++)
+        rperf_writer_printf(gz, "%d,", i);
+    RPERF_CHECK_EQ(rperf_writer_finish(gz), 0);
+    size_t zlen;
+    const unsigned char *z = rperf_writer_memory_data(mem, &zlen);
+    RPERF_CHECK(zlen > 20 && z[0] == 0x1f && z[1] == 0x8b);
+    uint64_t raw = rperf_writer_bytes(gz);
+    unsigned char *out = malloc(raw + 1);
+    z_stream zs;
+    memset(&zs, 0, sizeof zs);
+    inflateInit2(&zs, 15 + 16);
+    zs.next_in = (Bytef *)(uintptr_t)z;
+    zs.avail_in = (uInt)zlen;
+    zs.next_out = out;
+    zs.avail_out = (uInt)raw + 1;
+    RPERF_CHECK_EQ(inflate(&zs, Z_FINISH), Z_STREAM_END);
+    RPERF_CHECK_EQ(zs.total_out, raw);
+    RPERF_CHECK(memcmp(out, "0,1,2,3,", 8) == 0);
+    inflateEnd(&zs);
+    free(out);
+    rperf_writer_free(gz);
+    rperf_writer_free(mem);
+}
+
+RPERF_TEST(gzip_propagates_inner_error)
+{
+    rperf_writer_t *mem, *gz;
+    rperf_writer_memory_open(&mem);
+    rperf_writer_gzip_open(&gz, mem, 1);
+    rperf_writer_fail(mem, -ENOSPC, "disk full");
+    rperf_writer_puts(gz, "data");
+    RPERF_CHECK_EQ(rperf_writer_finish(gz), -ENOSPC);
+    RPERF_CHECK_STR(rperf_writer_error(gz), "disk full");
+    rperf_writer_free(gz);
+    rperf_writer_free(mem);
+}
+
+RPERF_TEST(registry_builtins)
+{
+    static const char *names[] = {"pprof", "collapsed", "json", "text", "threads"};
+    RPERF_CHECK(rperf_exporter_count() >= 5);
+    for (size_t i = 0; i < 5; i++) {
+        const rperf_exporter_ops_t *ops = rperf_exporter_find(names[i]);
+        RPERF_CHECK(ops != NULL);
+        if (!ops)
+            continue;
+        RPERF_CHECK_STR(ops->name, names[i]);
+        RPERF_CHECK_EQ(ops->version, RPERF_EXPORTER_ABI_VERSION);
+        RPERF_CHECK(ops->suffix[0] == '.');
+        RPERF_CHECK(ops->description[0] != '\0');
+        RPERF_CHECK(rperf_exporter_at(i) == ops);
+    }
+    RPERF_CHECK(rperf_exporter_find("nope") == NULL);
+    RPERF_CHECK(rperf_exporter_find(NULL) == NULL);
+    RPERF_CHECK(rperf_exporter_at(rperf_exporter_count()) == NULL);
+    RPERF_CHECK_EQ(rperf_exporter_find("pprof")->gzip, 1);
+}
+
+/* A C exporter that writes some bytes and then fails. */
+static int
+failing_encode(const rperf_profile_view_t *v, const rperf_export_options_t *o, rperf_writer_t *w)
+{
+    (void)v;
+    (void)o;
+    for (int i = 0; i < 20000; i++)
+        rperf_writer_puts(w, "partial output ");
+    return rperf_writer_fail(w, -EIO, "failing exporter gave up");
+}
+
+static const rperf_exporter_ops_t failing = {
+    RPERF_EXPORTER_ABI_VERSION, "failing", ".fail", "test: always fails", 0, failing_encode, 0,
+};
+
+static int
+hello_encode(const rperf_profile_view_t *v, const rperf_export_options_t *o, rperf_writer_t *w)
+{
+    (void)o;
+    return rperf_writer_printf(w, "hello %zu\n", v->sample_count);
+}
+
+static const rperf_exporter_ops_t hello = {
+    RPERF_EXPORTER_ABI_VERSION, "hello", ".hello", "test: greets", 0, hello_encode, RPERF_EXPORTER_F_TEXT,
+};
+
+RPERF_TEST(registry_runtime_registration)
+{
+    size_t before = rperf_exporter_count();
+    RPERF_CHECK_EQ(rperf_exporter_register(&hello), 0);
+    RPERF_CHECK_EQ(rperf_exporter_register(&hello), -EEXIST);
+    RPERF_CHECK_EQ(rperf_exporter_count(), before + 1);
+    RPERF_CHECK(rperf_exporter_find("hello") == &hello);
+    rperf_exporter_ops_t bad = hello;
+    bad.name = "Bad Name";
+    RPERF_CHECK_EQ(rperf_exporter_register(&bad), -EINVAL);
+    bad = hello;
+    bad.name = "pprof";
+    RPERF_CHECK_EQ(rperf_exporter_register(&bad), -EEXIST);
+    bad = hello;
+    bad.name = "v2";
+    bad.version = 99;
+    RPERF_CHECK_EQ(rperf_exporter_register(&bad), -EINVAL);
+    bad = hello;
+    bad.name = "noenc";
+    bad.encode = NULL;
+    RPERF_CHECK_EQ(rperf_exporter_register(&bad), -EINVAL);
+    RPERF_CHECK_EQ(rperf_exporter_register(NULL), -EINVAL);
+    rperf_profile_view_t v = fx_view();
+    char *s = fx_export("hello", &v, NULL, NULL);
+    RPERF_CHECK(s && strcmp(s, "hello 6\n") == 0);
+    free(s);
+}
+
+RPERF_TEST(registry_full)
+{
+    static rperf_exporter_ops_t many[RPERF_EXPORTER_MAX_EXTRA + 1];
+    static char names[RPERF_EXPORTER_MAX_EXTRA + 1][16];
+    int ok = 0, nospc = 0;
+    for (int i = 0; i <= RPERF_EXPORTER_MAX_EXTRA; i++) {
+        many[i] = hello;
+        snprintf(names[i], sizeof names[i], "extra%d", i);
+        many[i].name = names[i];
+        int rc = rperf_exporter_register(&many[i]);
+        ok += rc == 0;
+        nospc += rc == -ENOSPC;
+    }
+    RPERF_CHECK(nospc >= 1);
+    RPERF_CHECK(ok >= 1);
+}
+
+RPERF_TEST(failing_exporter_leaves_no_file)
+{
+    RPERF_CHECK_EQ(rperf_exporter_register(&failing), 0);
+    char path[320];
+    snprintf(path, sizeof path, "%s/never.out", dir);
+    rperf_profile_view_t v = fx_view();
+    char err[256] = "";
+    for (int gz = 0; gz <= 1; gz++) {
+        RPERF_CHECK_EQ(rperf_export_to_file(rperf_exporter_find("failing"), &v, NULL, gz, path, err,
+                                            sizeof err), -EIO);
+        RPERF_CHECK_STR(err, "failing exporter gave up");
+        RPERF_CHECK(!exists(path));
+        RPERF_CHECK_EQ(dir_entries(), 0);
+    }
+    unsigned char *data = (unsigned char *)"sentinel";
+    size_t len = 0;
+    RPERF_CHECK_EQ(rperf_export_to_memory(&failing, &v, NULL, 0, &data, &len, err, sizeof err), -EIO);
+    RPERF_CHECK(strcmp((const char *)data, "sentinel") == 0); /* untouched */
+    /* A previous good file is kept intact when a later export fails. */
+    RPERF_CHECK_EQ(rperf_export_to_file(&rperf_exporter_collapsed, &v, NULL, -1, path, err, sizeof err), 0);
+    size_t before_len;
+    char *before = slurp(path, &before_len);
+    RPERF_CHECK_EQ(rperf_export_to_file(&failing, &v, NULL, -1, path, err, sizeof err), -EIO);
+    size_t after_len;
+    char *after = slurp(path, &after_len);
+    RPERF_CHECK(before && after && before_len == after_len && memcmp(before, after, after_len) == 0);
+    free(before);
+    free(after);
+    unlink(path);
+}
+
+RPERF_TEST(export_to_file_pprof_gz)
+{
+    char path[320];
+    snprintf(path, sizeof path, "%s/p.pb.gz", dir);
+    rperf_profile_view_t v = fx_view();
+    char err[256];
+    RPERF_CHECK_EQ(rperf_export_to_file(&rperf_exporter_pprof, &v, NULL, -1, path, err, sizeof err), 0);
+    size_t len;
+    char *s = slurp(path, &len);
+    RPERF_CHECK(s && len > 20 && (unsigned char)s[0] == 0x1f && (unsigned char)s[1] == 0x8b);
+    free(s);
+    unlink(path);
+    RPERF_CHECK_EQ(dir_entries(), 0);
+}
+
+int
+main(void)
+{
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/rperf-writer-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    int rc = RPERF_RUN(RPERF_CASE(memory_writer), RPERF_CASE(sticky_error),
+                       RPERF_CASE(file_writer_atomic), RPERF_CASE(file_writer_unwritable),
+                       RPERF_CASE(gzip_writer), RPERF_CASE(gzip_propagates_inner_error),
+                       RPERF_CASE(registry_builtins), RPERF_CASE(registry_runtime_registration),
+                       RPERF_CASE(failing_exporter_leaves_no_file),
+                       RPERF_CASE(export_to_file_pprof_gz), RPERF_CASE(registry_full));
+    rmdir(dir);
+    return rc;
+}
