@@ -284,8 +284,9 @@ void rperf_ev_gc(int ev)
         atomic_store(&gc_step_phase, 1);
         return;
     case RPERF_GC_END_MARK:
+        /* A step that started marking stays a marking step even when it
+         * ends with the first bit of (lazy) sweeping. */
         atomic_store(&gc_phase, 2);
-        atomic_store(&gc_step_phase, 2);
         return;
     case RPERF_GC_END_SWEEP:
         atomic_store(&gc_phase, 0);

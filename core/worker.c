@@ -5,7 +5,7 @@
  *
  * Wake-ups cost ~25 us of CPU here, so it sleeps up to RPERF_WORKER_PERIOD_MS
  * and is woken sooner only when a ring passes half full (rperf__worker_wake,
- * called by producers; a lost wake-up only delays the drain to the timeout).
+ * called by producers).
  *
  * Contexts: worker_main and rperf__worker_drain_all run on the worker thread;
  * start/stop/pause/resume on a GVL thread; wake in own context (never in a
@@ -149,10 +149,16 @@ void rperf__worker_resume(void)
     pthread_mutex_unlock(&mu);
 }
 
+/* own context (never a signal handler): the worker checks wake_flag under mu
+ * before it waits, and the signal is sent under mu, so no wake-up is lost. */
 void rperf__worker_wake(void)
 {
     if (!started) return;
-    if (!atomic_exchange(&wake_flag, 1)) pthread_cond_signal(&cv);
+    if (!atomic_exchange(&wake_flag, 1)) {
+        pthread_mutex_lock(&mu);
+        pthread_cond_signal(&cv);
+        pthread_mutex_unlock(&mu);
+    }
 }
 
 /* pthread_atfork: hold mu across fork so the child never inherits it locked
