@@ -230,15 +230,64 @@ module Rperf
       end
     end
 
+    def fmt_ms(ms)
+      int, frac = format("%.1f", ms).split(".")
+      "#{int.reverse.scan(/\d{1,3}/).join(',').reverse.sub(/^,/, '')}.#{frac}".sub(/^(-?),/, '\\1')
+    end
+
+    STAT_CATEGORIES = {
+      "[GVL blocked]" => "[Ruby] GVL blocked (I/O, sleep)",
+      "[GVL wait]" => "[Ruby] GVL wait (contention)",
+      "[GC marking]" => "[Ruby] GC marking",
+      "[GC sweeping]" => "[Ruby] GC sweeping",
+    }.freeze
+
+    def stat_line(value, unit, label)
+      warn format("%14s %-4s %s", value, unit, label)
+    end
+
     def report_stat(data, run)
       real = Process.clock_gettime(Process::CLOCK_MONOTONIC) - run[:started_at]
       t = Process.times
       warn ""
       warn " Performance stats for '#{ENV['RPERF_STAT_COMMAND'] || '(unknown)'}':"
       warn ""
-      warn format("%14.1f ms   user", t.utime * 1000)
-      warn format("%14.1f ms   sys", t.stime * 1000)
-      warn format("%14.1f ms   real", real * 1000)
+      stat_line(fmt_ms(t.utime * 1000), "ms", "user")
+      stat_line(fmt_ms(t.stime * 1000), "ms", "sys")
+      stat_line(fmt_ms(real * 1000), "ms", "real")
+      samples = data[:aggregated_samples] || []
+      total = samples.sum { |s| s[1] }
+      if total.positive?
+        by = Hash.new(0)
+        samples.each do |frames, w|
+          by[STAT_CATEGORIES.fetch(frames[0] && frames[0][1], "CPU execution")] += w
+        end
+        warn ""
+        (["CPU execution"] + STAT_CATEGORIES.values).each do |cat|
+          next unless by[cat].positive?
+          warn format("%14s ms %5.1f%%  %s", fmt_ms(by[cat] / 1e6), 100.0 * by[cat] / total, cat)
+        end
+      end
+      gc = GC.stat
+      warn format("%14d     [Ruby] detected threads", data[:detected_thread_count]) if data[:detected_thread_count].positive?
+      warn format("%14s ms   [Ruby] GC time (%d count: %d minor, %d major)", fmt_ms(gc[:time].to_f),
+                  gc[:count], gc[:minor_gc_count], gc[:major_gc_count])
+      warn format("%14d     [Ruby] allocated objects", gc[:total_allocated_objects])
+      warn format("%14d     [Ruby] freed objects", gc[:total_freed_objects])
+      status = File.exist?("/proc/self/status") ? File.read("/proc/self/status") : ""
+      if (hwm = status[/^VmHWM:\s+(\d+)/, 1])
+        warn format("%14s MB   [OS] peak memory (maxrss)", fmt_ms(hwm.to_i / 1024.0))
+      end
+      vol = status[/^voluntary_ctxt_switches:\s+(\d+)/, 1]
+      invol = status[/^nonvoluntary_ctxt_switches:\s+(\d+)/, 1]
+      if vol && invol
+        warn format("%14d     [OS] context switches (%d voluntary, %d involuntary)",
+                    vol.to_i + invol.to_i, vol.to_i, invol.to_i)
+      end
+      if ENV["RPERF_STAT_REPORT"] == "1" && defined?(Rperf::Text)
+        warn ""
+        warn Rperf::Text.encode(data, header: false)
+      end
       warn ""
       overhead = real.positive? ? data[:sampling_time_ns] / 1e9 / real * 100 : 0
       warn format("  %d samples / %d triggers, %.1f%% profiler overhead",

@@ -1,0 +1,220 @@
+# frozen_string_literal: true
+# fork while profiling / after profiling. Every scenario runs in its own child
+# Ruby (which forks a grandchild), so a crash is reported, not fatal.
+require_relative "helper"
+
+class TestFork < Test::Unit::TestCase
+  include RperfTestHelper
+
+  # Common code for the forking child: fork, run `child_body` in the
+  # grandchild, send its JSON result through a pipe, report the grandchild's
+  # exit status.
+  FORK_PRELUDE = <<~'RUBY'
+    def rperf_parent_before_fork(s) = cpu_spin(s)
+    def rperf_parent_after_fork(s) = cpu_spin(s)
+    def rperf_child_work(s) = cpu_spin(s)
+
+    def fork_and_collect
+      rd, wr = IO.pipe
+      pid = fork do
+        rd.close
+        out = yield
+        wr.write(JSON.dump(out))
+        wr.close
+        exit 0
+      end
+      wr.close
+      [pid, rd]
+    end
+
+    def finish_child(pid, rd)
+      data = rd.read
+      rd.close
+      _, st = Process.wait2(pid)
+      { "exitstatus" => st.exitstatus, "termsig" => st.termsig, "child" => (data.empty? ? nil : JSON.parse(data)) }
+    end
+
+    def has_label(res, label)
+      res && res[:aggregated_samples].any? { |f, *| f.any? { |fr| fr[1] == label } }
+    end
+  RUBY
+
+  def run_fork_scenario(body)
+    run = run_child(FORK_PRELUDE + body, timeout: 120)
+    assert_child_ok(run)
+    run
+  end
+
+  def assert_grandchild_ok(rep, ctx)
+    assert_nil(rep["termsig"], "forked child killed by signal #{rep['termsig']} " \
+                               "(#{rep['termsig'] && Signal.signame(rep['termsig'])}) #{ctx}")
+    assert_equal(0, rep["exitstatus"], ctx)
+    assert_not_nil(rep["child"], "child sent its result #{ctx}")
+  end
+
+  def test_fork_while_profiling
+    each_combo do |backend, mode|
+      run = run_fork_scenario(<<~RUBY)
+        B = :#{backend}; M = :#{mode}
+        Rperf.start(frequency: 1000, mode: M, backend: B)
+        Rperf.label(side: "parent") { rperf_parent_before_fork(0.05) }
+        pid, rd = fork_and_collect do
+          out = { "running" => Rperf.running?, "stop_nil" => Rperf.stop.nil?,
+                  "snapshot_nil" => Rperf.snapshot.nil?, "labels" => Rperf.labels.to_s }
+          cpu_spin(0.05) # an inherited timer or pending signal would strike here
+          r = Rperf.start(frequency: 1000, mode: M, backend: B) { rperf_child_work(0.08) }
+          out["child_has_work"] = has_label(r, "Object#rperf_child_work")
+          out["child_has_parent_work"] = has_label(r, "Object#rperf_parent_before_fork")
+          out["child_backend"] = r[:backend].to_s
+          out["child_label_sets"] = (r[:label_sets] || []).map(&:to_s)
+          out["running_after"] = Rperf.running?
+          out
+        end
+        rperf_parent_after_fork(0.1)
+        rep = finish_child(pid, rd)
+        rperf_parent_after_fork(0.02)
+        res = Rperf.stop
+        rep["parent_has_before"] = has_label(res, "Object#rperf_parent_before_fork")
+        rep["parent_has_after"] = has_label(res, "Object#rperf_parent_after_fork")
+        rep["parent_has_child_work"] = has_label(res, "Object#rperf_child_work")
+        child_report(rep)
+      RUBY
+      ctx = "#{backend}/#{mode}\n#{run.describe}"
+      rep = run.report
+      assert_not_nil(rep, ctx)
+      assert_grandchild_ok(rep, ctx)
+      c = rep["child"]
+      assert_false(c["running"], "profiler is stopped in the child #{ctx}")
+      assert_true(c["stop_nil"], "stop returns nil in the child #{ctx}")
+      assert_true(c["snapshot_nil"], "snapshot returns nil in the child #{ctx}")
+      assert_true(c["child_has_work"], "a fresh run in the child gets samples #{ctx}")
+      assert_false(c["child_has_parent_work"], "the child's run starts clean #{ctx}")
+      assert_equal(backend.to_s, c["child_backend"], ctx)
+      assert_not_include(c["child_label_sets"], { side: "parent" }.to_s, "no inherited label sets #{ctx}")
+      assert_false(c["running_after"], ctx)
+      assert_true(rep["parent_has_before"], "parent keeps pre-fork samples #{ctx}")
+      assert_true(rep["parent_has_after"], "parent keeps profiling after the fork #{ctx}")
+      assert_false(rep["parent_has_child_work"], ctx)
+    end
+  end
+
+  def test_fork_while_profiling_child_does_not_restart
+    # The child just works and exits normally (at_exit handlers run).
+    RPERF_BACKENDS.each do |backend|
+      run = run_fork_scenario(<<~RUBY)
+        Rperf.start(frequency: 10_000, backend: :#{backend}, mode: :wall)
+        reps = 3.times.map do
+          pid, rd = fork_and_collect do
+            cpu_spin(0.1)
+            sleep 0.01
+            { "ok" => true, "running" => Rperf.running? }
+          end
+          rperf_parent_after_fork(0.01)
+          finish_child(pid, rd)
+        end
+        res = Rperf.stop
+        child_report("children" => reps, "parent_ok" => res.is_a?(Hash) && has_label(res, "Object#rperf_parent_after_fork"))
+      RUBY
+      rep = run.report
+      ctx = "#{backend}\n#{run.describe}"
+      assert_not_nil(rep, ctx)
+      rep["children"].each do |c|
+        assert_grandchild_ok(c, ctx)
+        assert_false(c["child"]["running"], ctx)
+      end
+      assert_true(rep["parent_ok"], ctx)
+    end
+  end
+
+  def test_fork_with_other_threads_running
+    RPERF_BACKENDS.each do |backend|
+      run = run_fork_scenario(<<~RUBY)
+        Rperf.start(frequency: 5000, backend: :#{backend}, mode: :cpu)
+        stop = false
+        bg = 3.times.map { Thread.new { cpu_spin(0.001) until stop } }
+        pid, rd = fork_and_collect do
+          cpu_spin(0.05)
+          r = Rperf.start(frequency: 5000, backend: :#{backend}) do
+            Thread.new { rperf_child_work(0.03) }.join
+            rperf_child_work(0.03)
+          end
+          { "has" => has_label(r, "Object#rperf_child_work"), "threads" => r[:detected_thread_count] }
+        end
+        rperf_parent_after_fork(0.05)
+        rep = finish_child(pid, rd)
+        stop = true
+        bg.each(&:join)
+        res = Rperf.stop
+        rep["parent_ok"] = has_label(res, "Object#rperf_parent_after_fork")
+        child_report(rep)
+      RUBY
+      rep = run.report
+      ctx = "#{backend}\n#{run.describe}"
+      assert_not_nil(rep, ctx)
+      assert_grandchild_ok(rep, ctx)
+      assert_true(rep["child"]["has"], ctx)
+      assert_operator(rep["child"]["threads"], :>=, 1, ctx)
+      assert_operator(rep["child"]["threads"], :<=, 3, "child's run counts only its own threads #{ctx}")
+      assert_true(rep["parent_ok"], ctx)
+    end
+  end
+
+  def test_repeated_start_stop_then_fork
+    RPERF_BACKENDS.each do |backend|
+      run = run_fork_scenario(<<~RUBY)
+        reps = []
+        10.times do |round|
+          5.times do
+            Rperf.start(frequency: 10_000, backend: :#{backend}, mode: round.even? ? :cpu : :wall)
+            cpu_spin(0.002)
+            Rperf.stop
+          end
+          # fork immediately after stop: no late timer signal may reach the child
+          pid, rd = fork_and_collect do
+            cpu_spin(0.02)
+            { "running" => Rperf.running? }
+          end
+          reps << finish_child(pid, rd)
+        end
+        child_report("children" => reps)
+      RUBY
+      rep = run.report
+      ctx = "#{backend}\n#{run.describe}"
+      assert_not_nil(rep, ctx)
+      assert_equal(10, rep["children"].size, ctx)
+      rep["children"].each do |c|
+        assert_grandchild_ok(c, ctx)
+        assert_false(c["child"]["running"], ctx)
+      end
+    end
+  end
+
+  def test_fork_in_raw_mode_and_with_snapshot
+    run = run_fork_scenario(<<~'RUBY')
+      Rperf.start(frequency: 2000, aggregate: false)
+      rperf_parent_before_fork(0.03)
+      pid, rd = fork_and_collect do
+        r = Rperf.start(frequency: 2000) { rperf_child_work(0.03) }
+        s = nil
+        Rperf.start(frequency: 2000)
+        rperf_child_work(0.02)
+        s = Rperf.snapshot
+        Rperf.stop
+        { "has" => has_label(r, "Object#rperf_child_work"), "snap" => has_label(s, "Object#rperf_child_work"),
+          "raw" => r.key?(:raw_samples) }
+      end
+      rperf_parent_after_fork(0.03)
+      rep = finish_child(pid, rd)
+      res = Rperf.stop
+      rep["parent_raw"] = res[:raw_samples].any? { |f, *| f.any? { |fr| fr[1] == "Object#rperf_parent_after_fork" } }
+      child_report(rep)
+    RUBY
+    rep = run.report
+    assert_not_nil(rep, run.describe)
+    assert_grandchild_ok(rep, run.describe)
+    assert_true(rep["child"]["has"], run.describe)
+    assert_true(rep["child"]["snap"], run.describe)
+    assert_false(rep["child"]["raw"], "child's own run uses its own options")
+    assert_true(rep["parent_raw"], run.describe)
+  end
+end

@@ -1,0 +1,267 @@
+# frozen_string_literal: true
+# Rperf.label / Rperf.labels and label_sets in results.
+require_relative "helper"
+
+def rperf_labelled_work(seconds) = cpu_spin(seconds)
+def rperf_unlabelled_work(seconds) = cpu_spin(seconds)
+def rperf_other_thread_work(seconds) = cpu_spin(seconds)
+
+class TestLabels < Test::Unit::TestCase
+  include RperfTestHelper
+
+  def label_id(result, hash)
+    sets = result[:label_sets]
+    assert_kind_of(Array, sets, "label_sets present\n#{rperf_describe(result)}")
+    id = sets.index(hash)
+    assert_not_nil(id, "label set #{hash.inspect} in #{sets.inspect}")
+    id
+  end
+
+  def test_block_scoping_and_merge
+    Rperf.start(frequency: 100)
+    assert_equal({}, Rperf.labels)
+    Rperf.label(request: "a") do
+      assert_equal({ request: "a" }, Rperf.labels)
+      Rperf.label(user: 7) do
+        assert_equal({ request: "a", user: 7 }, Rperf.labels, "nested labels merge")
+        Rperf.label(request: "b") do
+          assert_equal({ request: "b", user: 7 }, Rperf.labels, "inner value overrides")
+        end
+        assert_equal({ request: "a", user: 7 }, Rperf.labels, "restored after inner block")
+      end
+      assert_equal({ request: "a" }, Rperf.labels)
+    end
+    assert_equal({}, Rperf.labels, "restored after outer block")
+  end
+
+  def test_block_returns_block_value
+    Rperf.start(frequency: 100)
+    assert_equal(42, Rperf.label(k: 1) { 42 })
+    Rperf.stop
+    assert_equal(43, Rperf.label(k: 1) { 43 }, "block runs and returns its value when not running")
+  end
+
+  def test_restored_on_exception
+    Rperf.start(frequency: 100)
+    Rperf.label(outer: 1) do
+      err = assert_raise(RuntimeError) do
+        Rperf.label(inner: 2) { raise "inside label" }
+      end
+      assert_equal("inside label", err.message)
+      assert_equal({ outer: 1 }, Rperf.labels, "labels restored after the block raised")
+    end
+    assert_equal({}, Rperf.labels)
+  end
+
+  def test_nil_deletes_key
+    Rperf.start(frequency: 100)
+    Rperf.label(a: 1, b: 2) do
+      Rperf.label(a: nil) do
+        assert_equal({ b: 2 }, Rperf.labels)
+      end
+      assert_equal({ a: 1, b: 2 }, Rperf.labels)
+    end
+    Rperf.label(x: 1)
+    Rperf.label(x: nil)
+    assert_equal({}, Rperf.labels)
+  end
+
+  def test_without_block_persists
+    Rperf.start(frequency: 100)
+    Rperf.label(tenant: "acme")
+    assert_equal({ tenant: "acme" }, Rperf.labels)
+    rperf_labelled_work(0.05)
+    result = Rperf.stop
+    id = label_id(result, { tenant: "acme" })
+    assert(rperf_samples_with(result, "Object#rperf_labelled_work").all? { |s| s[3] == id })
+  end
+
+  def test_labels_when_not_running
+    assert_equal({}, Rperf.labels)
+    ran = false
+    Rperf.label(k: 1) { ran = true }
+    assert_true(ran)
+  end
+
+  def test_samples_carry_label_set_id
+    each_combo do |backend, mode|
+      result = Rperf.start(frequency: 1000, mode: mode, backend: backend) do
+        rperf_unlabelled_work(0.05)
+        Rperf.label(request: "abc", n: 1) { rperf_labelled_work(0.08) }
+        rperf_unlabelled_work(0.05)
+      end
+      ctx = "#{backend}/#{mode}\n#{rperf_describe(result)}"
+      sets = result[:label_sets]
+      assert_kind_of(Array, sets, ctx)
+      assert_equal({}, sets[0], "label_sets[0] is the empty set")
+      sets.drop(1).each do |h|
+        assert_kind_of(Hash, h)
+        assert_true(h.frozen?, "label set hashes are frozen")
+        h.each_key { |k| assert_kind_of(Symbol, k) }
+      end
+      id = label_id(result, { request: "abc", n: 1 })
+      assert_operator(id, :>=, 1)
+      labelled = rperf_samples_with(result, "Object#rperf_labelled_work")
+      unlabelled = rperf_samples_with(result, "Object#rperf_unlabelled_work")
+      assert_not_empty(labelled, ctx)
+      assert_not_empty(unlabelled, ctx)
+      labelled.each { |s| assert_equal(id, s[3], "labelled sample carries the id #{ctx}") }
+      unlabelled.each { |s| assert_equal(0, s[3], "unlabelled sample has id 0 #{ctx}") }
+      assert_operator(id, :<, sets.size)
+      result[:aggregated_samples].each { |s| assert_operator(s[3], :<, sets.size, "every id indexes label_sets") }
+    end
+  end
+
+  def test_identical_label_sets_interned_once
+    result = Rperf.start(frequency: 1000) do
+      3.times { Rperf.label(k: "same") { rperf_labelled_work(0.01) } }
+      Rperf.label(k: "other") { rperf_labelled_work(0.01) }
+      Rperf.label(k: "same") { rperf_labelled_work(0.01) }
+    end
+    sets = result[:label_sets]
+    assert_equal(sets.size, sets.uniq.size, "no duplicate label sets: #{sets.inspect}")
+    assert_equal(1, sets.count({ k: "same" }))
+    assert_equal(1, sets.count({ k: "other" }))
+    assert_operator(sets.index({ k: "same" }), :<, sets.index({ k: "other" }), "ids in order of first appearance")
+  end
+
+  def test_values_kept_as_given
+    result = Rperf.start(frequency: 100) do
+      Rperf.label(int: 42, str: "s", sym: :v) { rperf_labelled_work(0.005) }
+    end
+    assert_include(result[:label_sets], { int: 42, str: "s", sym: :v })
+  end
+
+  def test_labels_are_per_thread
+    each_combo do |backend, mode|
+      gate = Queue.new
+      thread_labels = nil
+      result = Rperf.start(frequency: 1000, mode: mode, backend: backend) do
+        Rperf.label(owner: "main") do
+          # The main thread works labelled, then creates a second thread
+          # inside the labelled block and joins it. (Work is not concurrent on
+          # purpose: attribution under contention is tested in test_threads.)
+          rperf_labelled_work(0.1)
+          t = Thread.new do
+            thread_labels = Rperf.labels
+            gate.pop
+            rperf_other_thread_work(0.1)
+          end
+          gate << :go
+          t.join
+        end
+      end
+      ctx = "#{backend}/#{mode}\n#{rperf_describe(result)}"
+      assert_equal({}, thread_labels, "a new thread starts without labels")
+      id = label_id(result, { owner: "main" })
+      other = rperf_samples_with(result, "Object#rperf_other_thread_work")
+      mine = rperf_samples_with(result, "Object#rperf_labelled_work")
+      assert_not_empty(other, ctx)
+      assert_not_empty(mine, ctx)
+      other.each { |s| assert_equal(0, s[3], "other thread is unlabelled #{ctx}") }
+      mine.each { |s| assert_equal(id, s[3], "labelling thread's samples carry its label #{ctx}") }
+      assert_empty(other.map { |s| s[2] } & mine.map { |s| s[2] }, "different thread_seq #{ctx}")
+    end
+  end
+
+  def test_label_in_other_thread
+    RPERF_BACKENDS.each do |backend|
+      result = Rperf.start(frequency: 1000, backend: backend) do
+        t = Thread.new do
+          Rperf.label(worker: "bg") { rperf_other_thread_work(0.08) }
+          Rperf.labels
+        end
+        rperf_unlabelled_work(0.05)
+        assert_equal({}, t.value, "thread's labels restored after its block")
+        assert_equal({}, Rperf.labels, "main thread unaffected")
+      end
+      id = label_id(result, { worker: "bg" })
+      other = rperf_samples_with(result, "Object#rperf_other_thread_work")
+      assert_not_empty(other)
+      other.each { |s| assert_equal(id, s[3], backend.to_s) }
+      rperf_samples_with(result, "Object#rperf_unlabelled_work").each { |s| assert_equal(0, s[3]) }
+    end
+  end
+
+  def test_gc_samples_carry_labels
+    RPERF_MODES.each do |mode|
+      result = Rperf.start(frequency: 1000, mode: mode) do
+        Rperf.label(phase: "alloc") { rperf_alloc_work(0.2) }
+      end
+      id = label_id(result, { phase: "alloc" })
+      gc = (rperf_samples_with_leaf(result, GC_MARKING) + rperf_samples_with_leaf(result, GC_SWEEPING))
+           .select { |f, *| rperf_labels_of(f).include?("Object#rperf_alloc_work") }
+      assert_not_empty(gc, "GC samples on the allocating stack (#{mode})\n#{rperf_describe(result)}")
+      gc.each { |s| assert_equal(id, s[3], "GC sample carries the thread's label (#{mode})") }
+    end
+  end
+
+  def test_gvl_samples_carry_labels
+    RPERF_BACKENDS.each do |backend|
+      result = Rperf.start(frequency: 1000, mode: :wall, backend: backend) do
+        Rperf.label(phase: "io") { sleep 0.05 }
+      end
+      id = label_id(result, { phase: "io" })
+      blocked = rperf_samples_with_leaf(result, GVL_BLOCKED)
+      assert_not_empty(blocked, "#{backend}\n#{rperf_describe(result)}")
+      assert(blocked.any? { |s| s[3] == id }, "[GVL blocked] of a labelled sleep carries the label (#{backend})")
+    end
+  end
+
+  def test_snapshot_label_sets_not_mutated_later
+    Rperf.start(frequency: 1000)
+    Rperf.label(first: 1) { rperf_labelled_work(0.02) }
+    snap = Rperf.snapshot
+    before = Marshal.load(Marshal.dump(snap[:label_sets]))
+    Rperf.label(second: 2) { rperf_labelled_work(0.02) }
+    Rperf.label(third: 3) { rperf_labelled_work(0.02) }
+    result = Rperf.stop
+    assert_equal(before, snap[:label_sets], "a snapshot's label_sets is a copy, not the live table")
+    assert_include(result[:label_sets], { second: 2 })
+    assert_include(result[:label_sets], { third: 3 })
+    assert_not_same(snap[:label_sets], result[:label_sets])
+  end
+
+  def test_label_sets_reset_between_runs
+    r1 = Rperf.start(frequency: 1000) { Rperf.label(run: 1) { rperf_labelled_work(0.03) } }
+    r2 = Rperf.start(frequency: 1000) { Rperf.label(run: 2) { rperf_labelled_work(0.03) } }
+    assert_include(r1[:label_sets], { run: 1 })
+    id2 = label_id(r2, { run: 2 })
+    samples = rperf_samples_with(r2, "Object#rperf_labelled_work")
+    assert_not_empty(samples)
+    samples.each { |s| assert_equal({ run: 2 }, r2[:label_sets][s[3]], "ids resolve within their own run") }
+    assert_operator(id2, :>=, 1)
+    assert_equal({}, Rperf.labels, "labels do not leak out of a run's block")
+  end
+
+  def test_label_ids_from_previous_run_never_dangle
+    # A label set without a block persists on the thread; whatever a new run
+    # does with it, every id in the new result must index its own label_sets.
+    Rperf.start(frequency: 100)
+    Rperf.label(sticky: true)
+    Rperf.label(sticky2: true)
+    Rperf.stop
+    r = Rperf.start(frequency: 1000) { rperf_unlabelled_work(0.03) }
+    samples = rperf_samples_with(r, "Object#rperf_unlabelled_work")
+    assert_not_empty(samples)
+    r[:aggregated_samples].each do |s|
+      if r[:label_sets]
+        assert_operator(s[3], :<, r[:label_sets].size, "id #{s[3]} indexes label_sets #{r[:label_sets].inspect}")
+      else
+        assert_equal(0, s[3], "no label_sets in the result, so every id is 0")
+      end
+    end
+  ensure
+    Rperf.start(frequency: 100) { Rperf.label(sticky: nil, sticky2: nil) }
+  end
+
+  def test_labels_in_raw_mode
+    result = Rperf.start(frequency: 1000, aggregate: false) do
+      Rperf.label(raw: "yes") { rperf_labelled_work(0.05) }
+    end
+    id = label_id(result, { raw: "yes" })
+    raw = rperf_samples_with(result, "Object#rperf_labelled_work", key: :raw_samples)
+    assert_not_empty(raw)
+    raw.each { |s| assert_equal(id, s[3]) }
+  end
+end

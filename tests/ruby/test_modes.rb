@@ -1,0 +1,168 @@
+# frozen_string_literal: true
+# :cpu vs :wall weighting and the synthetic GVL frames.
+require "zlib"
+require_relative "helper"
+
+def rperf_sleeper(seconds) = sleep(seconds)
+def rperf_spinner(seconds) = cpu_spin(seconds)
+def rperf_spinner2(seconds) = cpu_spin(seconds)
+
+def rperf_deflate_loop(seconds, data)
+  deadline = thread_cpu_now + seconds
+  n = 0
+  while thread_cpu_now < deadline
+    Zlib::Deflate.deflate(data, 9)
+    n += 1
+  end
+  n
+end
+
+class TestModes < Test::Unit::TestCase
+  include RperfTestHelper
+
+  # One thread sleeps while another spins; the threads start together.
+  def sleep_and_spin(backend, mode, sleep_s: 0.3, spin_s: 0.3)
+    gate = Queue.new
+    result = Rperf.start(frequency: 1000, mode: mode, backend: backend) do
+      sleeper = Thread.new { gate.pop; rperf_sleeper(sleep_s) }
+      spinner = Thread.new { gate.pop; rperf_spinner(spin_s) }
+      2.times { gate << :go }
+      [sleeper, spinner].each(&:join)
+    end
+    result
+  end
+
+  def test_cpu_mode_sleeping_thread_weighs_almost_nothing
+    RPERF_BACKENDS.each do |backend|
+      result = sleep_and_spin(backend, :cpu)
+      ctx = "#{backend}\n#{rperf_describe(result)}"
+      spin = rperf_weight_with(result, "Object#rperf_spinner")
+      slept = rperf_weight_with(result, "Object#rperf_sleeper")
+      assert_operator(spin, :>, 0, ctx)
+      assert_operator(slept, :<, spin / 10, "cpu mode: a sleeping thread contributes ~nothing #{ctx}")
+      assert_operator(slept, :<, 30_000_000, "cpu mode: 0.3 s of sleep is not CPU time #{ctx}")
+    end
+  end
+
+  def test_cpu_mode_has_no_gvl_frames
+    RPERF_BACKENDS.each do |backend|
+      result = sleep_and_spin(backend, :cpu)
+      assert_empty(rperf_samples_with_leaf(result, GVL_BLOCKED), "no [GVL blocked] in cpu mode (#{backend})")
+      assert_empty(rperf_samples_with_leaf(result, GVL_WAIT), "no [GVL wait] in cpu mode (#{backend})")
+    end
+  end
+
+  def test_wall_mode_sleeping_thread_gets_gvl_blocked
+    RPERF_BACKENDS.each do |backend|
+      result = sleep_and_spin(backend, :wall)
+      ctx = "#{backend}\n#{rperf_describe(result)}"
+      blocked = rperf_samples_with_leaf(result, GVL_BLOCKED)
+      assert_not_empty(blocked, "wall mode records [GVL blocked] #{ctx}")
+      on_sleep = blocked.select { |f, *| rperf_labels_of(f).include?("Object#rperf_sleeper") }
+      assert_not_empty(on_sleep, "[GVL blocked] sits on top of the sleeping thread's stack #{ctx}")
+      on_sleep.each do |frames, *|
+        labels = rperf_labels_of(frames)
+        assert_equal("Kernel#sleep", labels[1], "the frame below [GVL blocked] is sleep: #{labels.first(4)}")
+      end
+      # sleep(0.3) blocks at least 0.3 s; require a generous half of it.
+      w = on_sleep.sum { |s| s[1] }
+      assert_operator(w, :>=, 150_000_000, "blocked weight #{w} for a 0.3 s sleep #{ctx}")
+      # The sleeping thread's weight is charged to that thread only.
+      sleeper_seqs = on_sleep.map { |s| s[2] }.uniq
+      spinner_seqs = rperf_samples_with(result, "Object#rperf_spinner").map { |s| s[2] }.uniq
+      assert_equal(1, sleeper_seqs.size, ctx)
+      assert_empty(sleeper_seqs & spinner_seqs, "sleeper and spinner have different thread_seq #{ctx}")
+    end
+  end
+
+  def test_wall_mode_gvl_contention_gives_gvl_wait
+    RPERF_BACKENDS.each do |backend|
+      gate = Queue.new
+      result = Rperf.start(frequency: 1000, mode: :wall, backend: backend) do
+        t1 = Thread.new { gate.pop; rperf_spinner(0.25) }
+        t2 = Thread.new { gate.pop; rperf_spinner2(0.25) }
+        2.times { gate << :go }
+        [t1, t2].each(&:join)
+      end
+      ctx = "#{backend}\n#{rperf_describe(result)}"
+      waits = rperf_samples_with_leaf(result, GVL_WAIT)
+      assert_not_empty(waits, "two spinning threads contend for the GVL #{ctx}")
+      assert(waits.any? { |f, *| (rperf_labels_of(f) & %w[Object#rperf_spinner Object#rperf_spinner2]).any? },
+             "[GVL wait] sits on top of a spinning thread's stack #{ctx}")
+      waits.each { |s| assert_operator(s[1], :>, 0) }
+      # Wall time: the run took at least the sum of both threads' CPU (one GVL),
+      # so both spinners plus their waiting are well represented.
+      total = rperf_weight_with(result, "Object#rperf_spinner") + rperf_weight_with(result, "Object#rperf_spinner2")
+      assert_operator(total, :>=, 250_000_000, "wall weight of two 0.25 s spinners #{ctx}")
+    end
+  end
+
+  def test_cpu_mode_weight_proportional_to_cpu_work
+    RPERF_BACKENDS.each do |backend|
+      result = Rperf.start(frequency: 1000, mode: :cpu, backend: backend) do
+        rperf_work_a(0.12)
+        rperf_work_b(0.24)
+      end
+      a = rperf_weight_with(result, "Object#rperf_work_a")
+      b = rperf_weight_with(result, "Object#rperf_work_b")
+      ctx = "a=#{a} b=#{b} #{backend}\n#{rperf_describe(result)}"
+      assert_operator(a, :>, 0, ctx)
+      ratio = b.to_f / a
+      assert_operator(ratio, :>=, 1.3, "2x the CPU work gets more weight #{ctx}")
+      assert_operator(ratio, :<=, 3.0, ctx)
+    end
+  end
+
+  def test_cpu_mode_two_threads_weight_follows_cpu
+    # Signal backend only: see docs/backends.md, "Known limitation" (nanosleep).
+    [:signal].each do |backend|
+      gate = Queue.new
+      result = Rperf.start(frequency: 1000, mode: :cpu, backend: backend) do
+        t1 = Thread.new { gate.pop; rperf_spinner(0.1) }
+        t2 = Thread.new { gate.pop; rperf_spinner2(0.2) }
+        2.times { gate << :go }
+        [t1, t2].each(&:join)
+      end
+      a = rperf_weight_with(result, "Object#rperf_spinner")
+      b = rperf_weight_with(result, "Object#rperf_spinner2")
+      ctx = "a=#{a} b=#{b} #{backend}\n#{rperf_describe(result)}"
+      assert_operator(a, :>, 0, ctx)
+      ratio = b.to_f / a
+      assert_operator(ratio, :>=, 1.3, "cpu weight per thread follows its CPU time #{ctx}")
+      assert_operator(ratio, :<=, 3.0, ctx)
+      # In cpu mode, threads waiting for the GVL are not charged for waiting.
+      assert_operator(a + b, :<=, 3 * 300_000_000, ctx)
+    end
+  end
+
+  def test_cpu_mode_counts_cpu_spent_without_gvl
+    # Zlib::Deflate releases the GVL while compressing. That CPU time belongs
+    # to the thread and must not vanish in cpu mode.
+    data = (Random.new(42).bytes(256 * 1024) + ("abcdefgh" * 32_768)).b
+    RPERF_BACKENDS.each do |backend|
+      cpu = nil
+      result = Rperf.start(frequency: 1000, mode: :cpu, backend: backend) do
+        c0 = thread_cpu_now
+        rperf_deflate_loop(0.25, data)
+        cpu = thread_cpu_now - c0
+      end
+      w = rperf_weight_with(result, "Object#rperf_deflate_loop")
+      spent = (cpu * 1e9).to_i
+      assert_operator(w, :>=, spent / 4,
+                      "off-GVL CPU time is attributed: weight #{w} vs CPU #{spent} (#{backend})\n#{rperf_describe(result)}")
+      assert_operator(w, :<=, spent * 3, backend.to_s)
+    end
+  end
+
+  def test_wall_mode_counts_time_of_main_thread_sleep
+    RPERF_BACKENDS.each do |backend|
+      result = Rperf.start(frequency: 1000, mode: :wall, backend: backend) do
+        rperf_sleeper(0.2)
+        rperf_spinner(0.05)
+      end
+      w = rperf_weight_with(result, "Object#rperf_sleeper")
+      assert_operator(w, :>=, 100_000_000, "wall mode charges the main thread's sleep (#{backend})\n#{rperf_describe(result)}")
+      assert_operator(w, :<=, result[:duration_ns] * 2, backend.to_s)
+    end
+  end
+end
