@@ -175,6 +175,18 @@ static int sig_start(const rperf_backend_config_t *cfg, char *err, size_t errlen
     return 0;
 }
 
+/* SIG_IGN first discards instances still pending on any thread (POSIX
+ * sigaction()); only then is the previous action put back. */
+static void restore_action(void)
+{
+    struct sigaction ign;
+    memset(&ign, 0, sizeof(ign));
+    ign.sa_handler = SIG_IGN;
+    sigemptyset(&ign.sa_mask);
+    sigaction(signo, &ign, NULL);
+    sigaction(signo, &old_action, NULL);
+}
+
 static void sig_stop(void)
 {
     atomic_store(&running, 0);
@@ -186,12 +198,7 @@ static void sig_stop(void)
     }
     pthread_mutex_unlock(&lock);
     atomic_fetch_add(&gen, 1);
-    struct sigaction ign;
-    memset(&ign, 0, sizeof(ign));
-    ign.sa_handler = SIG_IGN;
-    sigemptyset(&ign.sa_mask);
-    sigaction(signo, &ign, NULL);        /* discards pending instances */
-    sigaction(signo, &old_action, NULL);
+    restore_action();
 }
 
 static void sig_after_fork_child(void)
@@ -202,12 +209,7 @@ static void sig_after_fork_child(void)
     timers = NULL;
     tls.registered = 0;
     atomic_fetch_add(&gen, 1);
-    struct sigaction ign;
-    memset(&ign, 0, sizeof(ign));
-    ign.sa_handler = SIG_IGN;
-    sigemptyset(&ign.sa_mask);
-    sigaction(signo, &ign, NULL);
-    sigaction(signo, &old_action, NULL);
+    restore_action();
 }
 
 const rperf_backend_ops_t rperf_backend_signal = {
