@@ -186,6 +186,7 @@ typedef struct rperf_engine {
     int64_t interval_ns;
 
     _Atomic uint64_t trigger_count;
+    _Atomic uint64_t outstanding;      /* ticks not yet consumed by a job */
     _Atomic uint64_t sampling_count;
     _Atomic uint64_t sampling_time_ns;
     _Atomic uint64_t dropped_retired;   /* drops of threads already freed */

@@ -61,6 +61,7 @@ void rperf_engine_leave(void) { atomic_fetch_sub(&rperf__engine.inflight, 1); }
 void rperf_engine_tick_sigsafe(void)
 {
     atomic_fetch_add_explicit(&rperf__engine.trigger_count, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&rperf__engine.outstanding, 1, memory_order_relaxed);
     rperf__engine.host.trigger();
 }
 
@@ -69,9 +70,11 @@ void rperf_engine_count_overruns(uint64_t n)
     atomic_fetch_add_explicit(&rperf__engine.timer_overruns, n, memory_order_relaxed);
 }
 
+/* At a clear, ticks already triggered but not yet consumed by a job stay
+ * counted, so sampling_count <= trigger_count holds across the boundary. */
 static void reset_counters(void)
 {
-    atomic_store(&rperf__engine.trigger_count, 0);
+    atomic_store(&rperf__engine.trigger_count, atomic_load(&rperf__engine.outstanding));
     atomic_store(&rperf__engine.sampling_count, 0);
     atomic_store(&rperf__engine.sampling_time_ns, 0);
     atomic_store(&rperf__engine.timer_overruns, 0);
@@ -101,6 +104,7 @@ int rperf_engine_start(const rperf_config_t *cfg, uintptr_t caller_handle,
     if (rperf__engine.cfg.ring_slots == 0) rperf__engine.cfg.ring_slots = RPERF_DEFAULT_RING_SLOTS;
     rperf__engine.interval_ns = 1000000000LL / cfg->frequency;
     rperf__engine.run_id++;
+    atomic_store(&rperf__engine.outstanding, 0);
     atomic_store(&rperf__engine.thread_seq, 0);
     atomic_store(&rperf__engine.dropped_retired, 0);
     rperf__gc_reset();

@@ -163,7 +163,9 @@ static void sample_now(rperf_thread_t *pt, int64_t mono, int64_t native, int64_t
     if (!rperf__ring_push(pt, RPERF_SAMPLE_NORMAL, weight, mono, frames, depth)) return;
     if (rperf__engine.cfg.clock == RPERF_CLOCK_CPU) pt->last_cpu = cpu_now;
     else pt->last_wall = mono;
-    if (count_job) {
+    /* A job run counts as a timer sample when it consumes triggered ticks
+     * (coalesced ticks are consumed together). */
+    if (count_job && atomic_exchange_explicit(&rperf__engine.outstanding, 0, memory_order_relaxed) > 0) {
         atomic_fetch_add_explicit(&rperf__engine.sampling_count, 1, memory_order_relaxed);
         int64_t spent = rperf__native_cpu_ns() - native;
         if (spent > 0)
