@@ -2,39 +2,152 @@
  * nanosleep.c — the "nanosleep" backend: one timer pthread sleeping to
  * absolute deadlines (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME)), so
  * the period does not drift; deadlines missed by more than one period are
- * counted as overruns and skipped. Each tick triggers the sampling job from
- * this non-Ruby thread, which Ruby delivers to the main Ractor's running
- * thread. No signal is sent to application threads.
+ * counted as overruns and skipped.
+ *
+ * Delivery per tick:
+ *  - the main Ractor: the tick triggers the sampling job straight from this
+ *    non-Ruby thread; Ruby 3.3 delivers such a trigger to the main Ractor's
+ *    running thread. No signal is sent to main-Ractor threads.
+ *  - other Ractors: a trigger from a non-Ruby thread never reaches them, so
+ *    the tick is sent as the tick signal (tgkill) to every native thread
+ *    that currently runs a Ruby thread of another Ractor (or of a Ractor
+ *    not identified yet). Those are tracked in `slots`: a native thread
+ *    claims a slot at its first RESUMED, marks it holding at RESUMED and
+ *    idle at SUSPENDED, and frees it when it exits.
+ * At start every task gets one bootstrap signal (tick_signal.c), which makes
+ * threads already running before the start register themselves.
  *
  * Cost: every tick wakes this thread (~25 us of CPU on the reference
  * machine), which is why "signal" is the default (docs/backends.md).
  *
- * Contexts: timer_main runs on the backend's own pthread (no Ruby API; the
- * tick's trigger is async-signal-safe and thread-safe); start/stop with the
- * GVL held; after_fork_child inside fork() in the child.
+ * Contexts: timer_main runs on the backend's own pthread (no Ruby API: the
+ * trigger and tgkill are async-signal-safe and thread-safe); start/stop
+ * with the GVL held; thread_resumed/suspended/identified in thread hooks
+ * or the job on the thread itself (no Ruby API); the key destructor when a
+ * native thread exits; after_fork_child inside fork() in the child.
  */
 #include "rperf_backend.h"
 #include "rperf_core.h"
+#include "tick_signal.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #define MAX_SLEEP_NS 50000000LL   /* re-check `running` at least every 50 ms */
+#define MAX_SLOTS 4096            /* native threads tracked at once */
+
+enum { SLOT_IDLE = 0, SLOT_MAIN = 1, SLOT_OTHER = 2 };
+
+typedef struct slot {
+    _Atomic int32_t tid;          /* 0 = free */
+    _Atomic int state;
+} slot_t;
+
+typedef struct nt_slot {
+    int idx;                      /* -1: none */
+    uint64_t gen;
+} nt_slot_t;
+
+static slot_t slots[MAX_SLOTS];
+static _Atomic int slot_hwm;      /* slots[0..hwm) may be in use */
+static _Thread_local nt_slot_t tls __attribute__((tls_model("initial-exec")));
+static pthread_key_t exit_key;
+static pthread_once_t key_once = PTHREAD_ONCE_INIT;
+static _Atomic uint64_t gen = 1;
 
 static pthread_t thr;
 static _Atomic int running;
 static int started;
 static int64_t interval_ns;
 
+/* ---- GVL-holder slots (own context) --------------------------------------- */
+
+static void release_slot(void *arg)
+{
+    (void)arg;
+    if (tls.idx >= 0 && tls.gen == atomic_load(&gen)) {
+        atomic_store(&slots[tls.idx].state, SLOT_IDLE);
+        atomic_store(&slots[tls.idx].tid, 0);
+    }
+    tls.idx = -1;
+}
+
+static void make_key(void) { pthread_key_create(&exit_key, release_slot); }
+
+static slot_t *my_slot(void)
+{
+    uint64_t g = atomic_load_explicit(&gen, memory_order_acquire);
+    if (tls.gen == g && tls.idx >= 0) return &slots[tls.idx];
+    pthread_once(&key_once, make_key);
+    int32_t tid = (int32_t)syscall(SYS_gettid);
+    for (int i = 0; i < MAX_SLOTS; i++) {
+        int32_t zero = 0;
+        if (atomic_compare_exchange_strong(&slots[i].tid, &zero, tid)) {
+            int hwm = atomic_load(&slot_hwm);
+            while (hwm < i + 1 && !atomic_compare_exchange_weak(&slot_hwm, &hwm, i + 1)) {
+            }
+            tls.idx = i;
+            tls.gen = g;
+            pthread_setspecific(exit_key, &tls);
+            return &slots[i];
+        }
+    }
+    return NULL;                  /* table full: this thread gets main-Ractor delivery only */
+}
+
+static int holder_state(void)
+{
+    rperf_thread_t *pt = rperf_current_thread_sigsafe();
+    if (!pt) return SLOT_IDLE;
+    return rperf_thread_ractor(pt) == 1 ? SLOT_MAIN : SLOT_OTHER;
+}
+
+static void ns_thread_resumed(void)
+{
+    if (!atomic_load_explicit(&running, memory_order_relaxed)) return;
+    slot_t *s = my_slot();
+    if (s) atomic_store_explicit(&s->state, holder_state(), memory_order_release);
+}
+
+static void ns_thread_suspended(void)
+{
+    if (tls.idx < 0 || tls.gen != atomic_load(&gen)) return;
+    atomic_store_explicit(&slots[tls.idx].state, SLOT_IDLE, memory_order_release);
+}
+
+static void reset_slots(void)
+{
+    atomic_fetch_add(&gen, 1);
+    for (int i = 0; i < MAX_SLOTS; i++) {
+        atomic_store(&slots[i].state, SLOT_IDLE);
+        atomic_store(&slots[i].tid, 0);
+    }
+    atomic_store(&slot_hwm, 0);
+}
+
+/* ---- the timer thread ------------------------------------------------------ */
+
 static int64_t ts_ns(const struct timespec *t) { return (int64_t)t->tv_sec * 1000000000LL + t->tv_nsec; }
 static struct timespec ns_ts(int64_t ns)
 {
     struct timespec t = { .tv_sec = (time_t)(ns / 1000000000LL), .tv_nsec = (long)(ns % 1000000000LL) };
     return t;
+}
+
+static void tick_other_ractors(void)
+{
+    int hwm = atomic_load_explicit(&slot_hwm, memory_order_acquire);
+    for (int i = 0; i < hwm; i++) {
+        if (atomic_load_explicit(&slots[i].state, memory_order_acquire) != SLOT_OTHER) continue;
+        int32_t tid = atomic_load_explicit(&slots[i].tid, memory_order_relaxed);
+        if (tid > 0) rperf_tick_signal_send(tid);
+    }
 }
 
 static void *timer_main(void *arg)
@@ -53,7 +166,8 @@ static void *timer_main(void *arg)
             continue;
         }
         if (!atomic_load(&running)) break;
-        rperf_engine_tick_sigsafe();
+        rperf_engine_tick_sigsafe();     /* main Ractor */
+        tick_other_ractors();
         int64_t late = (n - deadline) / interval_ns;
         if (late > 0) rperf_engine_count_overruns((uint64_t)late);
         deadline += (late + 1) * interval_ns;
@@ -61,17 +175,23 @@ static void *timer_main(void *arg)
     return NULL;
 }
 
+/* ---- lifecycle (GVL held) --------------------------------------------------- */
+
 static int ns_start(const rperf_backend_config_t *cfg, char *err, size_t errlen)
 {
     interval_ns = cfg->interval_ns;
+    reset_slots();
+    if (rperf_tick_signal_install(cfg->signo, err, errlen) < 0) return -1;
     atomic_store(&running, 1);
     int rc = pthread_create(&thr, NULL, timer_main, NULL);
     if (rc != 0) {
         atomic_store(&running, 0);
+        rperf_tick_signal_restore();
         snprintf(err, errlen, "rperf: failed to create the timer thread: %s", strerror(rc));
         return -1;
     }
     started = 1;
+    if (cfg->bootstrap) rperf_tick_signal_bootstrap();
     return 0;
 }
 
@@ -80,21 +200,28 @@ static void ns_stop(void)
     atomic_store(&running, 0);
     if (started) pthread_join(thr, NULL);
     started = 0;
+    reset_slots();
+    rperf_tick_signal_restore();
 }
 
 static void ns_after_fork_child(void)
 {
     atomic_store(&running, 0);     /* the timer thread does not exist here */
     started = 0;
+    reset_slots();
+    tls.idx = -1;
+    rperf_tick_signal_after_fork();
 }
 
 const rperf_backend_ops_t rperf_backend_nanosleep = {
     .version = RPERF_BACKEND_ABI_VERSION,
     .name = "nanosleep",
-    .description = "a timer thread sleeps to absolute deadlines and triggers the job (no signals)",
+    .description = "a timer thread sleeps to absolute deadlines and triggers the job; "
+                   "threads of other Ractors get the tick as a signal",
     .start = ns_start,
     .stop = ns_stop,
     .after_fork_child = ns_after_fork_child,
-    .thread_resumed = NULL,
-    .thread_suspended = NULL,
+    .thread_resumed = ns_thread_resumed,
+    .thread_suspended = ns_thread_suspended,
+    .thread_identified = ns_thread_resumed,
 };

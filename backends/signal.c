@@ -10,19 +10,21 @@
  * RESUMED re-arms with that remainder, so ticks follow on-GVL time and a
  * thread that switches often is not starved of ticks.
  *
- * Contexts: on_signal is a signal handler (async-signal-safe calls only:
- * TLS reads, atomics, the engine's tick); start/stop run with the GVL held;
+ * The handler lives in tick_signal.c (shared with the nanosleep backend);
+ * at start every other task gets one bootstrap signal so that threads
+ * already holding a GVL (e.g. a Ractor spinning alone) register themselves.
+ *
+ * Contexts: start/stop run with the GVL held;
  * thread_resumed/thread_suspended run in thread hooks on the thread itself
  * (no Ruby API); the key destructor runs when a native thread exits;
  * after_fork_child runs inside fork() in the child.
  *
- * Stop: timers are deleted, then the signal's action is set to SIG_IGN
- * (which discards instances still pending on any thread, POSIX
- * sigaction()), and only then the previous action is restored — so no late
- * tick can reach a thread with the default (fatal) action.
+ * Stop: timers are deleted first, then tick_signal.c restores the action
+ * (through SIG_IGN, which discards instances still pending on any thread).
  */
 #include "rperf_backend.h"
 #include "rperf_core.h"
+#include "tick_signal.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -51,23 +53,7 @@ static pthread_key_t exit_key;
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 static _Atomic int running;
 static _Atomic uint64_t gen;
-static int signo;
 static int64_t interval_ns;
-static struct sigaction old_action;
-
-/* ---- signal handler ------------------------------------------------------- */
-
-static void on_signal(int sig, siginfo_t *info, void *uc)
-{
-    (void)sig;
-    (void)info;
-    (void)uc;
-    int saved = errno;
-    if (atomic_load_explicit(&running, memory_order_relaxed) &&
-        rperf_current_thread_sigsafe() != NULL)
-        rperf_engine_tick_sigsafe();
-    errno = saved;
-}
 
 /* ---- per-native-thread timers (thread hooks; no Ruby API) ---------------- */
 
@@ -113,7 +99,7 @@ static int ensure_timer(nt_timer_t *t)
     struct sigevent sev;
     memset(&sev, 0, sizeof(sev));
     sev.sigev_notify = SIGEV_THREAD_ID;
-    sev.sigev_signo = signo;
+    sev.sigev_signo = rperf_tick_signal_number();
     sev._sigev_un._tid = (pid_t)syscall(SYS_gettid);
     pthread_mutex_lock(&lock);
     if (t->registered) {               /* from an earlier run */
@@ -158,33 +144,12 @@ static void thread_suspended(void)
 
 static int sig_start(const rperf_backend_config_t *cfg, char *err, size_t errlen)
 {
-    signo = cfg->signo > 0 ? cfg->signo : SIGRTMIN + 8;
     interval_ns = cfg->interval_ns;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_sigaction = on_signal;
-    sa.sa_flags = SA_SIGINFO | SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    if (sigaction(signo, &sa, &old_action) != 0) {
-        snprintf(err, errlen, "rperf: failed to install the handler for signal %d: %s", signo,
-                 strerror(errno));
-        return -1;
-    }
+    if (rperf_tick_signal_install(cfg->signo, err, errlen) < 0) return -1;
     atomic_fetch_add(&gen, 1);
     atomic_store(&running, 1);
+    if (cfg->bootstrap) rperf_tick_signal_bootstrap();
     return 0;
-}
-
-/* SIG_IGN first discards instances still pending on any thread (POSIX
- * sigaction()); only then is the previous action put back. */
-static void restore_action(void)
-{
-    struct sigaction ign;
-    memset(&ign, 0, sizeof(ign));
-    ign.sa_handler = SIG_IGN;
-    sigemptyset(&ign.sa_mask);
-    sigaction(signo, &ign, NULL);
-    sigaction(signo, &old_action, NULL);
 }
 
 static void sig_stop(void)
@@ -198,7 +163,7 @@ static void sig_stop(void)
     }
     pthread_mutex_unlock(&lock);
     atomic_fetch_add(&gen, 1);
-    restore_action();
+    rperf_tick_signal_restore();
 }
 
 static void sig_after_fork_child(void)
@@ -209,7 +174,7 @@ static void sig_after_fork_child(void)
     timers = NULL;
     tls.registered = 0;
     atomic_fetch_add(&gen, 1);
-    restore_action();
+    rperf_tick_signal_after_fork();
 }
 
 const rperf_backend_ops_t rperf_backend_signal = {
@@ -221,4 +186,5 @@ const rperf_backend_ops_t rperf_backend_signal = {
     .after_fork_child = sig_after_fork_child,
     .thread_resumed = thread_resumed,
     .thread_suspended = thread_suspended,
+    .thread_identified = NULL,
 };

@@ -2,7 +2,7 @@
 
 # bench/overhead.rb — what does rperf cost per sample? (a measurement, not a test)
 #
-# For each workload (fib, deep, threads, gc) × frequency (1 kHz, 10 kHz) ×
+# For each workload (fib, deep, threads, gc, ractors) × frequency (1 kHz, 10 kHz) ×
 # backend (:signal, :nanosleep) × mode (:cpu, :wall), runs the workload
 # unprofiled and profiled in interleaved rounds (U P U P …, after one
 # discarded warm-up pair) and reports medians of:
@@ -29,7 +29,8 @@
 #   --quick           | RPERF_BENCH_QUICK=1   fewer rounds, workloads scaled by 0.5
 #   --scale=F         | RPERF_BENCH_SCALE     workload length factor (default 1.0)
 #   --workloads=LIST  | RPERF_BENCH_WORKLOADS e.g. fib,gc or threads4,threads64
-#                                             (threadsN = N threads; "threads" = 16)
+#                                             (threadsN = N threads; "threads" = 16;
+#                                             ractorsN = N Ractors; "ractors" = 8)
 #   --frequencies=LIST| RPERF_BENCH_FREQUENCIES  default 1000,10000
 #   --backends=LIST   | RPERF_BENCH_BACKENDS  default signal,nanosleep
 #   --modes=LIST      | RPERF_BENCH_MODES     default cpu,wall
@@ -67,6 +68,13 @@ module OverheadBench
       Array.new(count) { Thread.new { per.times.sum { fib(25) } } }.sum(&:value)
     end
 
+    # `count` Ractors share the same total CPU work (fib(25) units); unlike
+    # threads they run in parallel, each holding its own GVL.
+    def ractors(count, units)
+      per = [units / count, 1].max
+      Array.new(count) { Ractor.new(per) { |k| k.times.sum { Work.fib(25) } } }.sum(&:take)
+    end
+
     # Allocation-heavy: short-lived strings, arrays and hashes (mostly minor GCs).
     def gc(n)
       kept = []
@@ -92,7 +100,13 @@ module OverheadBench
       units = [(64 * scale).round, count].max
       return -> { Work.threads(count, units) }
     end
-    WORKLOADS.fetch(name) { abort "unknown workload #{name.inspect} (fib, deep, gc, threads, threadsN)" }.call(scale)
+    if (m = /\Aractors(\d*)\z/.match(name))
+      Warning[:experimental] = false
+      count = m[1].empty? ? 8 : Integer(m[1])
+      units = [(64 * scale).round, count].max
+      return -> { Work.ractors(count, units) }
+    end
+    WORKLOADS.fetch(name) { abort "unknown workload #{name.inspect} (fib, deep, gc, threads, threadsN, ractors, ractorsN)" }.call(scale)
   end
 
   # --- options ---------------------------------------------------------------
@@ -115,7 +129,7 @@ module OverheadBench
       quick: quick,
       rounds: Integer(opt[:rounds] || env.(:rounds) || (quick ? 3 : 5)),
       scale: Float(opt[:scale] || env.(:scale) || 1.0) * (quick ? 0.5 : 1.0),
-      workloads: list.(:workloads, "fib,deep,threads,gc"),
+      workloads: list.(:workloads, "fib,deep,threads,gc,ractors1,ractors"),
       frequencies: list.(:frequencies, "1000,10000").map { |f| Integer(f) },
       backends: list.(:backends, "signal,nanosleep").map(&:to_sym),
       modes: list.(:modes, "cpu,wall").map(&:to_sym),

@@ -80,6 +80,7 @@ struct rperf_thread {
     uint64_t susp_switches;        /* nt->switches at SUSPENDED */
     rperf_nt_t *susp_nt;           /* native thread at SUSPENDED */
     _Atomic int64_t ready_wall;    /* READY (any thread) */
+    int fresh;                     /* created, not yet run (own, then cleared) */
     int64_t gc_enter_wall;
     int64_t gc_enter_cpu;
 
@@ -92,6 +93,17 @@ struct rperf_thread {
     /* consumer-side partial state (worker only) */
     uintptr_t c_hdr[3];
     int c_have_hdr;
+
+    /* identity: written by the thread itself (host, GVL held), read by
+     * results; the name is a seqlock (odd name_seq = being written) */
+    _Atomic uint32_t ractor_id;    /* Ruby's Ractor id, 0 = not known yet */
+    _Atomic uint32_t name_seq;
+    _Atomic char name[RPERF_THREAD_NAME_MAX];
+    uint32_t name_checks;
+    /* root-most frame of the last capture: the stack a thread's last
+     * pending time is charged to when it exits with no Ruby frame left
+     * (marked by rperf_engine_mark) */
+    _Atomic rperf_frame_t last_root;
 
     /* lifecycle */
     _Atomic int exited;
@@ -155,6 +167,12 @@ size_t rperf__agg_memory(void);
 /* ---- threads registry (thread_state.c) ---------------------------------- */
 
 extern rperf_thread_t *_Atomic rperf__threads;  /* lock-free pushed list */
+/* thread identities kept after their state is freed (worker appends) */
+void rperf__thread_archive(const rperf_thread_t *pt);
+void rperf__thread_info(const rperf_thread_t *pt, rperf_result_thread_t *out);
+void rperf__archive_clear(void);
+size_t rperf__archive_count(void);
+const rperf_result_thread_t *rperf__archive_at(size_t i);
 void rperf__threads_free_all(bool detach);
 void rperf__gc_reset(void);
 void rperf__sample_settle(rperf_thread_t *pt);

@@ -10,6 +10,7 @@
  */
 #include "core_internal.h"
 
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -65,6 +66,11 @@ void rperf_engine_tick_sigsafe(void)
     rperf__engine.host.trigger();
 }
 
+void rperf_engine_register_sigsafe(void)
+{
+    if (rperf__engine.host.trigger_register) rperf__engine.host.trigger_register();
+}
+
 void rperf_engine_count_overruns(uint64_t n)
 {
     atomic_fetch_add_explicit(&rperf__engine.timer_overruns, n, memory_order_relaxed);
@@ -87,6 +93,7 @@ static void free_run(bool detach)
     rperf__frames_destroy();
     rperf__agg_destroy();
     rperf__threads_free_all(detach);
+    rperf__archive_clear();
     atomic_store(&rperf__engine.has_results, 0);
 }
 
@@ -122,14 +129,20 @@ int rperf_engine_start(const rperf_config_t *cfg, uintptr_t caller_handle,
         rperf__agg_destroy();
         return -1;
     }
-    rperf_backend_config_t bc = { .interval_ns = rperf__engine.interval_ns, .signo = cfg->signo };
+    /* Running before the backend starts: jobs triggered by its bootstrap
+     * signals may run at once in other Ractors and must find it on. */
+    atomic_store(&rperf__engine.running, 1);
+    rperf_backend_config_t bc = { .interval_ns = rperf__engine.interval_ns, .signo = cfg->signo,
+                                  .bootstrap = cfg->bootstrap };
     if (cfg->backend->start(&bc, err, errlen) < 0) {
+        atomic_store(&rperf__engine.running, 0);
+        while (atomic_load(&rperf__engine.inflight) > 0) sched_yield();
         rperf__worker_stop();
+        rperf__threads_free_all(true);
         rperf__frames_destroy();
         rperf__agg_destroy();
         return -1;
     }
-    atomic_store(&rperf__engine.running, 1);
     *caller = rperf_thread_new(caller_handle, RPERF_THREAD_CURRENT);
     if (!*caller) {
         rperf_engine_stop();
@@ -186,6 +199,7 @@ void rperf_engine_fork_reset(void)
     rperf__frames_destroy();
     rperf__agg_destroy();
     rperf__threads_free_all(false);
+    rperf__archive_clear();
     atomic_store(&rperf__engine.has_results, 0);
 }
 
@@ -213,8 +227,11 @@ void rperf_engine_mark(void (*mark)(rperf_frame_t v))
     ck_epoch_section_t sec;
     ck_epoch_begin(&rperf__epoch_marker, &sec);
     for (rperf_thread_t *pt = atomic_load_explicit(&rperf__threads, memory_order_acquire); pt;
-         pt = atomic_load_explicit(&pt->next, memory_order_acquire))
+         pt = atomic_load_explicit(&pt->next, memory_order_acquire)) {
         rperf__ring_mark(pt, mark);
+        rperf_frame_t root = atomic_load_explicit(&pt->last_root, memory_order_relaxed);
+        if (root) mark(root);
+    }
     rperf_frame_t v = rperf__inflight;
     if (v && (v & 7u) == 0) mark(v);
     atomic_thread_fence(memory_order_acquire);
@@ -224,6 +241,20 @@ void rperf_engine_mark(void (*mark)(rperf_frame_t v))
 }
 
 /* ---- results ------------------------------------------------------------- */
+
+void rperf_synthetic_frame(uint32_t id, const char **path, const char **label)
+{
+    static const char *const names[RPERF_SYNTHETIC_FRAMES][2] = {
+        { "<GVL>", "[GVL blocked]" },
+        { "<GVL>", "[GVL wait]" },
+        { "<GC>", "[GC marking]" },
+        { "<GC>", "[GC sweeping]" },
+        { "<unknown>", "[unknown frame]" },
+    };
+    if (id >= RPERF_SYNTHETIC_FRAMES) id = RPERF_FRAME_UNKNOWN;
+    *path = names[id][0];
+    *label = names[id][1];
+}
 
 size_t rperf_result_frame_count(void) { return rperf__frames_count(); }
 

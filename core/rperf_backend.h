@@ -22,6 +22,7 @@ extern "C" {
 typedef struct rperf_backend_config {
     int64_t interval_ns;   /* 1e9 / frequency */
     int signo;             /* signal number for signal-driven backends (0 = default) */
+    int bootstrap;         /* other Ractors run: reach their GVL holders at start */
 } rperf_backend_config_t;
 
 typedef struct rperf_backend_ops {
@@ -40,6 +41,9 @@ typedef struct rperf_backend_ops {
      * stopped running a Ruby thread (RESUMED / SUSPENDED; no Ruby API). */
     void (*thread_resumed)(void);
     void (*thread_suspended)(void);
+    /* Optional. Own context, GVL held: the Ruby thread running here now
+     * knows its Ractor (rperf_thread_ractor(rperf_current_thread_sigsafe())). */
+    void (*thread_identified)(void);
 } rperf_backend_ops_t;
 
 /* backends/registry.c */

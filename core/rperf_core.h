@@ -30,6 +30,7 @@ extern "C" {
 #define RPERF_VERSION_STRING "0.7.0"
 #define RPERF_MAX_DEPTH 512          /* Ruby frames kept per sample */
 #define RPERF_DEFAULT_RING_SLOTS 4096 /* words per thread ring (32 KiB) */
+#define RPERF_THREAD_NAME_MAX 64      /* bytes kept of a thread's name (NUL incl.) */
 
 typedef uintptr_t rperf_frame_t;
 
@@ -48,6 +49,11 @@ typedef enum {
 #define RPERF_FRAME_UNKNOWN 4u      /* a frame the engine could not intern */
 #define RPERF_SYNTHETIC_FRAMES 5u   /* frame ids below this are synthetic */
 
+/* any context: [path, label] of synthetic frame id < RPERF_SYNTHETIC_FRAMES
+ * ("<GVL>" "[GVL blocked]", "<GVL>" "[GVL wait]", "<GC>" "[GC marking]",
+ * "<GC>" "[GC sweeping]", "<unknown>" "[unknown frame]"). */
+void rperf_synthetic_frame(uint32_t id, const char **path, const char **label);
+
 typedef struct rperf_thread rperf_thread_t;
 struct rperf_backend_ops;
 
@@ -58,6 +64,10 @@ typedef struct rperf_host {
     int (*capture)(rperf_frame_t *buf, int max);
     /* signal: request the sampling job (rb_postponed_job_trigger). */
     void (*trigger)(void);
+    /* signal: a bootstrap signal reached a native thread the engine does
+     * not know yet; request the job if this native thread runs Ruby code
+     * (the job then registers the thread it runs on). */
+    void (*trigger_register)(void);
     /* GVL held (stop/fork reset): forget the per-thread pointer stored on
      * the Ruby thread `handle`. */
     void (*detach)(uintptr_t handle);
@@ -69,6 +79,8 @@ typedef struct rperf_config {
     bool aggregate;           /* false: keep raw samples */
     uint32_t ring_slots;      /* power of two, >= 1024 */
     int signo;                /* signal for the signal backend (0 = default) */
+    bool bootstrap;           /* other Ractors exist: signal every task once at
+                                 start so their running threads register */
     const struct rperf_backend_ops *backend;
 } rperf_config_t;
 
@@ -148,6 +160,15 @@ void rperf_engine_leave(void);
 /* The per-native-thread current Ruby thread (set RESUMED, cleared SUSPENDED). */
 rperf_thread_t *rperf_current_thread_sigsafe(void);
 
+/* own, GVL held: the thread's identity, set by the host from the thread
+ * itself. set_ractor tells the backend (thread_identified). wants_name is
+ * true for the thread's first job and then every 32nd: the host then reads
+ * Thread#name (outside enter/leave, it calls Ruby) and stores it. */
+void rperf_thread_set_ractor(rperf_thread_t *pt, uint32_t ractor_id);
+uint32_t rperf_thread_ractor(const rperf_thread_t *pt);   /* any context */
+bool rperf_thread_wants_name(rperf_thread_t *pt);
+void rperf_thread_set_name(rperf_thread_t *pt, const char *name, size_t len);
+
 /* GVL held, own: label set id of the thread. */
 void rperf_thread_set_label(rperf_thread_t *pt, uint32_t label_set_id);
 uint32_t rperf_thread_label(const rperf_thread_t *pt);
@@ -155,6 +176,9 @@ uint32_t rperf_thread_seq(const rperf_thread_t *pt);
 
 /* signal: a backend tick on this native thread. */
 void rperf_engine_tick_sigsafe(void);
+/* signal: a bootstrap signal on a native thread with no current Ruby thread
+ * known to the engine (see rperf_host_t.trigger_register). */
+void rperf_engine_register_sigsafe(void);
 /* no GVL: the backend could not deliver `n` ticks in time. */
 void rperf_engine_count_overruns(uint64_t n);
 
@@ -177,6 +201,17 @@ size_t rperf_result_aggregated_count(void);
 int rperf_result_each_aggregated(rperf_sample_cb cb, void *ctx);
 size_t rperf_result_raw_count(void);
 int rperf_result_each_raw(rperf_sample_cb cb, void *ctx);
+
+/* Every thread that got a thread_seq in this run (live or exited), in
+ * thread_seq order. */
+typedef struct rperf_result_thread {
+    uint32_t thread_seq;
+    uint32_t ractor_id;       /* 0 = unknown */
+    int32_t native_tid;       /* last native thread seen; 0 = unknown */
+    char name[RPERF_THREAD_NAME_MAX];   /* "" = unnamed */
+} rperf_result_thread_t;
+typedef int (*rperf_thread_cb)(const rperf_result_thread_t *t, void *ctx);
+int rperf_result_each_thread(rperf_thread_cb cb, void *ctx);
 
 
 

@@ -55,6 +55,7 @@ rperf_thread_t *rperf_thread_new(uintptr_t handle, rperf_thread_origin_t origin)
     /* A thread first met at RESUMED existed before (or was created during)
      * the run and was off the GVL until now: charge [start, now) as blocked. */
     pt->susp_wall = origin == RPERF_THREAD_EXISTING ? rperf__engine.start_mono_ns : 0;
+    pt->fresh = origin == RPERF_THREAD_CREATED;
     rperf_thread_t *head = atomic_load_explicit(&rperf__threads, memory_order_relaxed);
     do {
         atomic_store_explicit(&pt->next, head, memory_order_relaxed);
@@ -94,6 +95,7 @@ void rperf__thread_retire(rperf_thread_t *prev, rperf_thread_t *pt)
         }
     }
     atomic_fetch_add(&rperf__engine.dropped_retired, atomic_load(&pt->dropped));
+    rperf__thread_archive(pt);
     ck_epoch_call(&rperf__epoch_worker, &pt->epoch_entry, destroy_cb);
 }
 
@@ -112,10 +114,13 @@ void rperf__threads_free_all(bool detach)
 
 /* ---- recording helpers (own) ------------------------------------------- */
 
-static int capture(rperf_frame_t *buf)
+/* Capture pt's stack (pt runs here) and remember its root-most frame. */
+static int capture(rperf_thread_t *pt, rperf_frame_t *buf)
 {
     int d = rperf__engine.host.capture ? rperf__engine.host.capture(buf, RPERF_MAX_DEPTH) : 0;
-    return d < 0 ? 0 : d;
+    if (d <= 0) return 0;
+    atomic_store_explicit(&pt->last_root, buf[d - 1], memory_order_relaxed);
+    return d;
 }
 
 /* Current CPU time of the Ruby thread (on-GVL time accumulated across native
@@ -158,7 +163,7 @@ static void sample_now(rperf_thread_t *pt, int64_t mono, int64_t native, int64_t
     }
     if (weight <= 0 || weight < min_weight) return;
     rperf_frame_t frames[RPERF_MAX_DEPTH];
-    int depth = capture(frames);
+    int depth = capture(pt, frames);
     if (depth == 0) return;              /* keep the time pending */
     if (!rperf__ring_push(pt, RPERF_SAMPLE_NORMAL, weight, mono, frames, depth)) return;
     if (rperf__engine.cfg.clock == RPERF_CLOCK_CPU) pt->last_cpu = cpu_now;
@@ -207,7 +212,13 @@ void rperf_ev_resumed(rperf_thread_t *pt)
     rperf_frame_t frames[RPERF_MAX_DEPTH];
     int depth = -1;
 
-    if (rperf__engine.cfg.clock == RPERF_CLOCK_WALL) {
+    if (pt->fresh) {
+        /* First run of a thread created during the run: the wait for its
+         * first turn has no Ruby frame to charge (its block has not started)
+         * and is not time the thread spent running; its clock starts now. */
+        pt->fresh = 0;
+        pt->last_wall = mono;
+    } else if (rperf__engine.cfg.clock == RPERF_CLOCK_WALL) {
         if (pt->susp_wall > 0) {
             int64_t susp = pt->susp_wall;
             int64_t ready = atomic_exchange_explicit(&pt->ready_wall, 0, memory_order_relaxed);
@@ -215,7 +226,7 @@ void rperf_ev_resumed(rperf_thread_t *pt)
             int64_t blocked = (ready ? ready : mono) - susp;
             int64_t wait = ready ? mono - ready : 0;
             if (blocked > 0 || wait > 0) {
-                depth = capture(frames);
+                depth = capture(pt, frames);
                 if (depth > 0) {
                     if (blocked > 0 &&
                         rperf__ring_push(pt, RPERF_SAMPLE_GVL_BLOCKED, blocked, mono, frames, depth))
@@ -232,7 +243,7 @@ void rperf_ev_resumed(rperf_thread_t *pt)
          * that released it). Attribute it to the stack that released it. */
         int64_t off = native - pt->susp_native_cpu;
         if (off >= threshold_ns() && off > 0) {
-            depth = capture(frames);
+            depth = capture(pt, frames);
             if (depth > 0 &&
                 rperf__ring_push(pt, RPERF_SAMPLE_NORMAL, off, mono, frames, depth))
                 off = 0;
@@ -268,6 +279,18 @@ void rperf_ev_suspended(rperf_thread_t *pt)
 void rperf_ev_exited(rperf_thread_t *pt)
 {
     rperf_nt_t *nt = &nt_tls;
+    /* Settle the time still pending: the thread's frames are gone (its
+     * block has returned), so it goes to the root-most frame of its last
+     * capture — the thread's block in practice. */
+    int64_t pending = rperf__engine.cfg.clock == RPERF_CLOCK_CPU
+        ? pt->cpu_acc - pt->last_cpu
+        : (pt->susp_wall > 0 ? pt->susp_wall : rperf__mono_ns()) - pt->last_wall;
+    rperf_frame_t root = atomic_load_explicit(&pt->last_root, memory_order_relaxed);
+    if (pending > 0 && root &&
+        rperf__ring_push(pt, RPERF_SAMPLE_NORMAL, pending, rperf__mono_ns(), &root, 1)) {
+        pt->last_cpu = pt->cpu_acc;
+        pt->last_wall += pending;
+    }
     if (nt->cur == pt) nt->cur = NULL;
     pt->handle = 0;
     atomic_store_explicit(&pt->exited, 1, memory_order_release);
@@ -314,7 +337,7 @@ void rperf_ev_gc(int ev)
     rperf_sample_type_t type = atomic_load(&gc_step_phase) == 2 ? RPERF_SAMPLE_GC_SWEEPING
                                                                 : RPERF_SAMPLE_GC_MARKING;
     rperf_frame_t frames[RPERF_MAX_DEPTH];
-    int depth = capture(frames);
+    int depth = capture(pt, frames);
     if (depth == 0) return;
     if (!rperf__ring_push(pt, type, w, mono, frames, depth)) return;
     /* This time is now attributed: keep it out of the next normal sample. */
@@ -341,3 +364,51 @@ uint32_t rperf_thread_label(const rperf_thread_t *pt)
 }
 
 uint32_t rperf_thread_seq(const rperf_thread_t *pt) { return pt->seq; }
+
+/* ---- identity (own, GVL held; readers: results) --------------------------- */
+
+void rperf_thread_set_ractor(rperf_thread_t *pt, uint32_t ractor_id)
+{
+    atomic_store_explicit(&pt->ractor_id, ractor_id, memory_order_relaxed);
+    if (rperf_current_thread_sigsafe() == pt && backend() && backend()->thread_identified)
+        backend()->thread_identified();
+}
+
+uint32_t rperf_thread_ractor(const rperf_thread_t *pt)
+{
+    return atomic_load_explicit(&((rperf_thread_t *)pt)->ractor_id, memory_order_relaxed);
+}
+
+bool rperf_thread_wants_name(rperf_thread_t *pt) { return (pt->name_checks++ & 31u) == 0; }
+
+void rperf_thread_set_name(rperf_thread_t *pt, const char *name, size_t len)
+{
+    if (len >= RPERF_THREAD_NAME_MAX) len = RPERF_THREAD_NAME_MAX - 1;
+    size_t same = 0;
+    while (same < len && atomic_load_explicit(&pt->name[same], memory_order_relaxed) == name[same]) same++;
+    if (same == len && atomic_load_explicit(&pt->name[len], memory_order_relaxed) == '\0') return;
+    uint32_t seq = atomic_load_explicit(&pt->name_seq, memory_order_relaxed);
+    atomic_store_explicit(&pt->name_seq, seq + 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    for (size_t i = 0; i < len; i++) atomic_store_explicit(&pt->name[i], name[i], memory_order_relaxed);
+    atomic_store_explicit(&pt->name[len], '\0', memory_order_relaxed);
+    atomic_store_explicit(&pt->name_seq, seq + 2, memory_order_release);
+}
+
+/* any context: a consistent copy of pt's identity (seqlock read). */
+void rperf__thread_info(const rperf_thread_t *cpt, rperf_result_thread_t *out)
+{
+    rperf_thread_t *pt = (rperf_thread_t *)cpt;
+    out->thread_seq = pt->seq;
+    out->ractor_id = atomic_load_explicit(&pt->ractor_id, memory_order_relaxed);
+    out->native_tid = pt->native_tid;
+    for (int tries = 0; tries < 100; tries++) {
+        uint32_t a = atomic_load_explicit(&pt->name_seq, memory_order_acquire);
+        if (a & 1u) continue;
+        for (size_t i = 0; i < RPERF_THREAD_NAME_MAX; i++)
+            out->name[i] = atomic_load_explicit(&pt->name[i], memory_order_relaxed);
+        atomic_thread_fence(memory_order_acquire);
+        if (atomic_load_explicit(&pt->name_seq, memory_order_relaxed) == a) break;
+    }
+    out->name[RPERF_THREAD_NAME_MAX - 1] = '\0';
+}

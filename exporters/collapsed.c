@@ -22,105 +22,216 @@
  * - No samples: empty output.
  *
  * DESIGN
- * Names are escaped and interned once per view frame (strmap), stacks are
- * interned as sequences of name ids (seqmap), names are ranked by one sort,
- * and stacks are sorted comparing rank sequences: O(F log F + S log S · d).
+ * Names are cleaned (rperf__text_clean) and interned once per view frame,
+ * then ranked bytewise by one sort of the distinct names; each view frame
+ * maps straight to its name's rank and cleaned bytes. Every sample becomes
+ * a line pointing at the view's own frame array (nothing is copied per
+ * frame). Sorting the lines compares ranks and brings equal stacks
+ * together, so merging them is one pass (no hash table). The sort is a
+ * radix sort on the first two ranks, packed in `prefix`, then a comparison
+ * sort of each run of equal prefixes. The exact output size is known before
+ * writing: a memory writer allocates once.
+ * O(F log F + S·d + T log T · d) for F frames, S samples of depth d, and T
+ * samples in runs that share their first two frames.
  * See also exporter_internal.h.
  */
 #include <errno.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "exporter_internal.h"
 
+/* One output line: a sample's frames (leaf first, as in the view). `prefix`
+ * packs the ranks of the two outermost frames (+1; 0 = absent), so a
+ * shorter stack sorts before its extensions. */
+typedef struct line {
+    uint64_t prefix;
+    const uint32_t *frames;
+    int64_t weight;
+    uint32_t depth;
+    uint32_t bytes;          /* names and separators; then the whole line */
+} line_t;
+
+/* Bytes of room after every name and after the staged output. */
+#define NAME_SLACK 16
+
 typedef struct {
-    rperf__strmap_t names;
-    rperf__seqmap_t stacks;
-    uint32_t *frame_name;   /* view frame -> name id */
-    uint32_t *rank;         /* name id -> sort rank */
-    int64_t *weights;       /* stack id -> weight */
-    size_t weights_cap;
-    uint32_t *key;
-    size_t key_cap;
+    const char *ptr;         /* into names' store (final once all are interned) */
+    uint32_t len;
+    uint32_t rank;           /* of the name among all names, bytewise */
+} frame_name_t;
+
+typedef struct {
+    rperf__strmap_t names;   /* cleaned names */
+    frame_name_t *fname;     /* view frame -> its name; [frame_count] = "(no frames)" */
+    uint32_t no_frames;      /* the pseudo frame index of an empty stack */
+    line_t *lines, *tmp;
     rperf__buf_t scratch, esc, out;
 } collapsed_state_t;
 
-/* Escape one (already sanitised) name into st->esc. */
+/* qsort_r comparators (a GNU/POSIX-2024 extension, not C11): reentrant
+ * context instead of a static pointer. */
 static int
-escape_name(rperf__buf_t *esc, const char *p, size_t n)
+cmp_names(const void *a, const void *b, void *ctx)
 {
-    static const char hex[] = "0123456789abcdef";
-    esc->len = 0;
-    if (n == 0)
-        return rperf__buf_append(esc, "(unknown)", 9);
-    int rc = rperf__buf_reserve(esc, n * 4);
-    if (rc)
-        return rc;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)p[i];
-        int bad = c == ';' || c < 0x20 || c == 0x7f || (c == ' ' && (i == 0 || i == n - 1));
-        if (bad) {
-            unsigned char *d = esc->data + esc->len;
-            d[0] = '\\';
-            d[1] = 'x';
-            d[2] = (unsigned char)hex[c >> 4];
-            d[3] = (unsigned char)hex[c & 15];
-            esc->len += 4;
-        } else {
-            esc->data[esc->len++] = c;
-        }
-    }
-    return 0;
-}
-
-/* Comparators for qsort_r(): a GNU/POSIX-2024 extension (not C11), used
- * instead of a static context pointer so encoders stay reentrant; _GNU_SOURCE
- * is defined for the whole build. */
-static int
-cmp_name_ids(const void *a, const void *b, void *ctx)
-{
-    const rperf__strmap_t *sort_names = ctx;
+    const rperf__strmap_t *names = ctx;
     uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
     size_t lx, ly;
-    const char *px = rperf__strmap_get(sort_names, x, &lx);
-    const char *py = rperf__strmap_get(sort_names, y, &ly);
+    const char *px = rperf__strmap_get(names, x, &lx);
+    const char *py = rperf__strmap_get(names, y, &ly);
     int c = memcmp(px, py, lx < ly ? lx : ly);
     if (c)
         return c;
     return (lx > ly) - (lx < ly);
 }
 
-static int
-cmp_stacks(const void *a, const void *b, void *ctx)
+/* Rank of the i-th frame from the root of line l. */
+static inline uint32_t
+rank_at(const frame_name_t *fname, const line_t *l, uint32_t i)
 {
-    const collapsed_state_t *sort_state = ctx;
-    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    uint32_t lx, ly;
-    const uint32_t *kx = rperf__seqmap_get(&sort_state->stacks, x, &lx);
-    const uint32_t *ky = rperf__seqmap_get(&sort_state->stacks, y, &ly);
-    uint32_t n = lx < ly ? lx : ly;
-    for (uint32_t i = 0; i < n; i++) {
-        uint32_t rx = sort_state->rank[kx[i]], ry = sort_state->rank[ky[i]];
+    return fname[l->frames[l->depth - 1 - i]].rank;
+}
+
+/* Lines with equal prefixes: compare the ranks after the first two. */
+static int
+cmp_tails(const void *a, const void *b, void *ctx)
+{
+    const frame_name_t *fname = ctx;
+    const line_t *x = a, *y = b;
+    uint32_t n = x->depth < y->depth ? x->depth : y->depth;
+    for (uint32_t i = 2; i < n; i++) {
+        uint32_t rx = rank_at(fname, x, i), ry = rank_at(fname, y, i);
         if (rx != ry)
             return rx < ry ? -1 : 1;
     }
-    return (lx > ly) - (lx < ly);
+    return (x->depth > y->depth) - (x->depth < y->depth);
 }
 
-/* Decimal digits of v into buf (no NUL); returns the count. */
 static int
-u64_digits(char *buf, uint64_t v)
+same_stack(const collapsed_state_t *st, const line_t *x, const line_t *y)
 {
-    char tmp[24];
-    int n = 0;
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    for (int i = 0; i < n; i++)
-        buf[i] = tmp[n - 1 - i];
-    return n;
+    if (x->prefix != y->prefix || x->depth != y->depth)
+        return 0;
+    if (x->frames == y->frames ||
+        memcmp(x->frames, y->frames, x->depth * sizeof *x->frames) == 0)
+        return 1;
+    return cmp_tails(x, y, st->fname) == 0; /* other frames, same names */
+}
+
+/* Sort st->lines[0..n) by stack: LSD radix sort on `prefix` (8 bits a pass,
+ * skipping bytes every line shares), then each run of equal prefixes by the
+ * rest of the stack. */
+static void
+sort_lines(collapsed_state_t *st, size_t n)
+{
+    line_t *src = st->lines, *dst = st->tmp;
+    for (unsigned shift = 0; shift < 64; shift += 8) {
+        size_t count[256] = {0};
+        for (size_t i = 0; i < n; i++)
+            count[(src[i].prefix >> shift) & 255]++;
+        if (count[(src[0].prefix >> shift) & 255] == n)
+            continue; /* this byte is the same in every line */
+        size_t at = 0;
+        for (unsigned b = 0; b < 256; b++) {
+            size_t c = count[b];
+            count[b] = at;
+            at += c;
+        }
+        for (size_t i = 0; i < n; i++)
+            dst[count[(src[i].prefix >> shift) & 255]++] = src[i];
+        line_t *t = src;
+        src = dst;
+        dst = t;
+    }
+    if (src != st->lines)
+        memcpy(st->lines, src, n * sizeof *src);
+    for (size_t i = 0; i < n;) {
+        size_t j = i + 1;
+        while (j < n && st->lines[j].prefix == st->lines[i].prefix)
+            j++;
+        if (j - i > 1)
+            qsort_r(st->lines + i, j - i, sizeof *st->lines, cmp_tails, st->fname);
+        i = j;
+    }
+}
+
+/* Clean every frame name once and rank the distinct names. */
+static int
+name_frames(collapsed_state_t *st, const rperf_profile_view_t *v)
+{
+    int rc;
+    size_t nf = v->frame_count;
+    uint32_t *ids = malloc((nf + 1) * sizeof *ids), *order = NULL, *rank = NULL;
+    st->fname = malloc((nf + 1) * sizeof *st->fname);
+    if (!ids || !st->fname) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    if ((rc = rperf__strmap_init(&st->names, nf + 1, 0)))
+        goto out;
+    for (size_t i = 0; i < nf && rc == 0; i++) {
+        if ((rc = rperf__text_clean(&st->esc, &st->scratch, v->frames[i].name,
+                                    RPERF__ESC_SEMICOLON | RPERF__ESC_EDGE_SPACE, "(unknown)")))
+            break;
+        rc = rperf__strmap_intern(&st->names, (const char *)st->esc.data, st->esc.len, &ids[i],
+                                  NULL);
+    }
+    if (rc || (rc = rperf__strmap_intern(&st->names, "(no frames)", 11, &ids[nf], NULL)))
+        goto out;
+    /* Slack after the last name: the writing loop copies 16-byte blocks. */
+    if ((rc = rperf__buf_reserve(&st->names.bytes, NAME_SLACK)))
+        goto out;
+    size_t nn = st->names.count;
+    order = malloc(nn * sizeof *order);
+    rank = malloc(nn * sizeof *rank);
+    if (!order || !rank) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    for (uint32_t i = 0; i < nn; i++)
+        order[i] = i;
+    qsort_r(order, nn, sizeof *order, cmp_names, &st->names);
+    for (uint32_t r = 0; r < nn; r++)
+        rank[order[r]] = r;
+    for (size_t i = 0; i <= nf; i++) {
+        size_t len;
+        st->fname[i].ptr = rperf__strmap_get(&st->names, ids[i], &len);
+        st->fname[i].len = (uint32_t)len;
+        st->fname[i].rank = rank[ids[i]];
+    }
+    st->no_frames = (uint32_t)nf;
+out:
+    free(ids);
+    free(order);
+    free(rank);
+    return rc;
+}
+
+/* One line per sample. */
+static int
+make_lines(collapsed_state_t *st, const rperf_profile_view_t *v)
+{
+    size_t n = v->sample_count;
+    st->lines = malloc(n * sizeof *st->lines);
+    st->tmp = malloc(n * sizeof *st->tmp);
+    if (!st->lines || !st->tmp)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        const rperf_view_sample_t *s = &v->samples[i];
+        line_t *l = &st->lines[i];
+        l->frames = s->depth ? s->frames : &st->no_frames;
+        l->depth = s->depth ? s->depth : 1;
+        l->weight = s->weight;
+        size_t bytes = 0;
+        for (uint32_t d = 0; d < l->depth; d++)
+            bytes += st->fname[l->frames[d]].len + 1; /* name + ';' or ' ' */
+        if (bytes > UINT32_MAX - 32)
+            return -EOVERFLOW;
+        l->bytes = (uint32_t)bytes;
+        l->prefix = (uint64_t)(rank_at(st->fname, l, 0) + 1) << 32 |
+                    (l->depth > 1 ? rank_at(st->fname, l, 1) + 1 : 0);
+    }
+    return 0;
 }
 
 static int
@@ -129,125 +240,49 @@ collapsed_run(collapsed_state_t *st, const rperf_profile_view_t *v, rperf_writer
     int rc;
     if (v->sample_count == 0)
         return 0;
-    if ((rc = rperf__strmap_init(&st->names, v->frame_count + 1)))
+    if ((rc = name_frames(st, v)) || (rc = make_lines(st, v)))
         return rc;
-    st->frame_name = malloc((v->frame_count + 1) * sizeof *st->frame_name);
-    if (!st->frame_name)
-        return -ENOMEM;
-    for (size_t i = 0; i < v->frame_count; i++) {
-        size_t n;
-        const char *s = rperf__utf8_sanitize(v->frames[i].name.ptr, v->frames[i].name.len,
-                                             &st->scratch, &n);
-        if (!s)
-            return -ENOMEM;
-        if ((rc = escape_name(&st->esc, s, n)) ||
-            (rc = rperf__strmap_intern(&st->names, (const char *)st->esc.data, st->esc.len,
-                                       &st->frame_name[i], NULL)))
-            return rc;
-    }
-    uint32_t no_frames;
-    if ((rc = rperf__strmap_intern(&st->names, "(no frames)", 11, &no_frames, NULL)))
-        return rc;
+    sort_lines(st, v->sample_count);
 
-    /* Intern stacks (root first) and sum weights. */
-    if ((rc = rperf__seqmap_init(&st->stacks, v->sample_count)))
-        return rc;
+    /* Merge equal stacks; the exact output size is names + separators +
+     * "<weight>\n" per line. */
+    size_t n = 0, total = 0;
     for (size_t i = 0; i < v->sample_count; i++) {
-        const rperf_view_sample_t *s = &v->samples[i];
-        uint32_t depth = s->depth ? s->depth : 1;
-        if (depth > st->key_cap) {
-            size_t nc = (size_t)depth * 2;
-            uint32_t *k = realloc(st->key, nc * sizeof *k);
-            if (!k)
-                return -ENOMEM;
-            st->key = k;
-            st->key_cap = nc;
-        }
-        if (s->depth == 0)
-            st->key[0] = no_frames;
-        for (uint32_t d = 0; d < s->depth; d++)
-            st->key[d] = st->frame_name[s->frames[s->depth - 1 - d]];
-        uint32_t id;
-        int is_new;
-        if ((rc = rperf__seqmap_intern(&st->stacks, st->key, depth, &id, &is_new)))
-            return rc;
-        if (is_new) {
-            if (id >= st->weights_cap) {
-                size_t nc = st->weights_cap ? st->weights_cap * 2 : 1024;
-                int64_t *wv = realloc(st->weights, nc * sizeof *wv);
-                if (!wv)
-                    return -ENOMEM;
-                st->weights = wv;
-                st->weights_cap = nc;
-            }
-            st->weights[id] = 0;
-        }
-        st->weights[id] += s->weight;
+        if (n && same_stack(st, &st->lines[n - 1], &st->lines[i]))
+            st->lines[n - 1].weight += st->lines[i].weight;
+        else
+            st->lines[n++] = st->lines[i];
     }
-
-    /* Rank names bytewise, then sort stacks by rank sequence. */
-    size_t nn = st->names.count, ns = st->stacks.count;
-    uint32_t *order = malloc((nn > ns ? nn : ns) * sizeof *order);
-    st->rank = malloc(nn * sizeof *st->rank);
-    if (!order || !st->rank) {
-        free(order);
-        return -ENOMEM;
-    }
-    for (uint32_t i = 0; i < nn; i++)
-        order[i] = i;
-    qsort_r(order, nn, sizeof *order, cmp_name_ids, &st->names);
-    for (uint32_t i = 0; i < nn; i++)
-        st->rank[order[i]] = i;
-    for (uint32_t i = 0; i < ns; i++)
-        order[i] = i;
-    qsort_r(order, ns, sizeof *order, cmp_stacks, st);
-
-    /* Exact output size: names + separators + " <weight>\n" per line, so a
-     * memory writer allocates once (outputs reach ~100 MB). */
-    size_t total = 0;
-    for (size_t i = 0; i < ns; i++) {
-        uint32_t len;
-        const uint32_t *k = rperf__seqmap_get(&st->stacks, (uint32_t)i, &len);
-        for (uint32_t d = 0; d < len; d++)
-            total += st->names.len[k[d]] + 1; /* name + ';' (or ' ' for the last) */
+    for (size_t i = 0; i < n; i++) {
         char num[24];
-        total += (size_t)u64_digits(num, (uint64_t)st->weights[i]) + 1;
+        st->lines[i].bytes += (uint32_t)rperf__u64_dec(num, (uint64_t)st->lines[i].weight) + 1;
+        total += st->lines[i].bytes;
     }
-    if ((rc = rperf_writer_reserve(w, total))) {
-        free(order);
+    if ((rc = rperf_writer_reserve(w, total)))
         return rc;
-    }
-    for (size_t i = 0; i < ns && rc == 0; i++) {
-        uint32_t len;
-        const uint32_t *k = rperf__seqmap_get(&st->stacks, order[i], &len);
-        char num[24];
-        size_t nd = (size_t)u64_digits(num, (uint64_t)st->weights[order[i]]);
-        size_t line = nd + 1;
-        for (uint32_t d = 0; d < len; d++)
-            line += st->names.len[k[d]] + 1;
-        if ((rc = rperf__buf_reserve(&st->out, line)))
-            break;
+
+    for (size_t i = 0; i < n; i++) {
+        const line_t *l = &st->lines[i];
+        if ((rc = rperf__buf_reserve(&st->out, (size_t)l->bytes + NAME_SLACK)))
+            return rc;
         unsigned char *p = st->out.data + st->out.len;
-        for (uint32_t d = 0; d < len; d++) {
-            size_t n;
-            const char *name = rperf__strmap_get(&st->names, k[d], &n);
-            memcpy(p, name, n);
-            p += n;
-            *p++ = d + 1 < len ? ';' : ' ';
+        for (uint32_t d = l->depth; d-- > 0;) { /* root first */
+            const frame_name_t *f = &st->fname[l->frames[d]];
+            /* Whole 16-byte blocks (inlined, unlike a variable-size
+             * memcpy): both sides have NAME_SLACK bytes of room. */
+            for (uint32_t k = 0; k < f->len; k += 16)
+                memcpy(p + k, f->ptr + k, 16);
+            p += f->len;
+            *p++ = ';';
         }
-        memcpy(p, num, nd);
-        p += nd;
+        p[-1] = ' ';
+        p += rperf__u64_dec((char *)p, (uint64_t)l->weight);
         *p++ = '\n';
         st->out.len = (size_t)(p - st->out.data);
-        if (st->out.len >= 256 * 1024) {
-            rc = rperf_writer_write(w, st->out.data, st->out.len);
-            st->out.len = 0;
-        }
+        if ((rc = rperf__buf_flush(&st->out, w, RPERF__FLUSH_AT)))
+            return rc;
     }
-    free(order);
-    if (rc == 0 && st->out.len)
-        rc = rperf_writer_write(w, st->out.data, st->out.len);
-    return rc;
+    return rperf__buf_flush(&st->out, w, 0);
 }
 
 static int
@@ -257,15 +292,11 @@ collapsed_encode(const rperf_profile_view_t *v, const rperf_export_options_t *op
     (void)opts;
     collapsed_state_t st;
     memset(&st, 0, sizeof st);
-    int rc = collapsed_run(&st, v, w);
-    if (rc && !rperf_writer_status(w))
-        rperf_writer_fail(w, rc, "collapsed: %s", strerror(-rc));
+    int rc = rperf__encode_result(w, "collapsed", collapsed_run(&st, v, w));
     rperf__strmap_free(&st.names);
-    rperf__seqmap_free(&st.stacks);
-    free(st.frame_name);
-    free(st.rank);
-    free(st.weights);
-    free(st.key);
+    free(st.fname);
+    free(st.lines);
+    free(st.tmp);
     rperf__buf_free(&st.scratch);
     rperf__buf_free(&st.esc);
     rperf__buf_free(&st.out);

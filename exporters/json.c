@@ -34,8 +34,6 @@
 
 #include "exporter_internal.h"
 
-#define FLUSH_AT (256u * 1024u)
-
 typedef struct {
     rperf_writer_t *w;
     rperf__buf_t out, scratch;
@@ -46,12 +44,7 @@ typedef struct {
 static int
 flush_out(json_state_t *st, int force)
 {
-    if (st->out.len && (force || st->out.len >= FLUSH_AT)) {
-        int rc = rperf_writer_write(st->w, st->out.data, st->out.len);
-        st->out.len = 0;
-        return rc;
-    }
-    return 0;
+    return rperf__buf_flush(&st->out, st->w, force ? 0 : RPERF__FLUSH_AT);
 }
 
 static int
@@ -66,23 +59,14 @@ put_lit(json_state_t *st, const char *s)
     return put_raw(st, s, strlen(s));
 }
 
+/* A non-negative integer (every number in the format is one). */
 static int
-put_i64(json_state_t *st, int64_t v)
+put_u64(json_state_t *st, uint64_t v)
 {
-    char tmp[24];
-    size_t n = 0;
-    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
-    do {
-        tmp[n++] = (char)('0' + u % 10);
-        u /= 10;
-    } while (u);
-    if (v < 0)
-        tmp[n++] = '-';
-    int rc = rperf__buf_reserve(&st->out, n);
+    int rc = rperf__buf_reserve(&st->out, 24);
     if (rc)
         return rc;
-    while (n)
-        st->out.data[st->out.len++] = (unsigned char)tmp[--n];
+    st->out.len += rperf__u64_dec((char *)st->out.data + st->out.len, v);
     return 0;
 }
 
@@ -194,7 +178,8 @@ json_run(json_state_t *st, const rperf_profile_view_t *v)
         rc = f->name.len ? put_str(st, f->name.ptr, f->name.len) : put_lit(st, "\"(unknown)\"");
         if (rc || (rc = put_lit(st, ",\"file\":")) || (rc = put_str(st, f->file.ptr, f->file.len)))
             return rc;
-        if (f->line > 0 && ((rc = put_lit(st, ",\"line\":")) || (rc = put_i64(st, f->line))))
+        if (f->line > 0 &&
+            ((rc = put_lit(st, ",\"line\":")) || (rc = put_u64(st, (uint64_t)f->line))))
             return rc;
         if ((rc = put_lit(st, "}")) || (rc = flush_out(st, 0)))
             return rc;
@@ -227,7 +212,7 @@ json_run(json_state_t *st, const rperf_profile_view_t *v)
                                                 : ",{\"type\":\"sampled\",\"name\":")) ||
                 (rc = put_profile_name(st, seq)) ||
                 (rc = put_lit(st, ",\"unit\":\"nanoseconds\",\"startValue\":0,\"endValue\":")) ||
-                (rc = put_i64(st, total)) || (rc = put_lit(st, ",\"samples\":[")))
+                (rc = put_u64(st, (uint64_t)total)) || (rc = put_lit(st, ",\"samples\":[")))
                 return rc;
             first_profile = 0;
             for (size_t k = i; k < j; k++) {
@@ -236,7 +221,7 @@ json_run(json_state_t *st, const rperf_profile_view_t *v)
                     return rc;
                 for (uint32_t d = s->depth; d-- > 0;) {
                     if ((d + 1 < s->depth && (rc = put_raw(st, ",", 1))) ||
-                        (rc = put_i64(st, s->frames[d])))
+                        (rc = put_u64(st, s->frames[d])))
                         return rc;
                 }
                 if ((rc = put_raw(st, "]", 1)) || (rc = flush_out(st, 0)))
@@ -246,7 +231,7 @@ json_run(json_state_t *st, const rperf_profile_view_t *v)
                 return rc;
             for (size_t k = i; k < j; k++) {
                 if ((k > i && (rc = put_raw(st, ",", 1))) ||
-                    (rc = put_i64(st, v->samples[st->order[k]].weight)) ||
+                    (rc = put_u64(st, (uint64_t)v->samples[st->order[k]].weight)) ||
                     (rc = flush_out(st, 0)))
                     return rc;
             }
@@ -270,8 +255,7 @@ json_encode(const rperf_profile_view_t *v, const rperf_export_options_t *opts, r
     int rc = rperf__threads_index(&st.threads, v);
     if (rc == 0)
         rc = json_run(&st, v);
-    if (rc && !rperf_writer_status(w))
-        rperf_writer_fail(w, rc, "json: %s", strerror(-rc));
+    rperf__encode_result(w, "json", rc);
     rperf__buf_free(&st.out);
     rperf__buf_free(&st.scratch);
     rperf__threads_free(&st.threads);

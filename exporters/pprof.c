@@ -38,8 +38,6 @@
 
 #include "exporter_internal.h"
 
-#define FLUSH_AT (256u * 1024u)
-
 typedef struct {
     rperf__buf_t out;            /* staging buffer, flushed to the writer */
     rperf_writer_t *w;
@@ -48,11 +46,8 @@ typedef struct {
     uint32_t *fn_name, *fn_file; /* per view frame */
     uint32_t *label_kv;          /* per label: key id, value id */
     size_t *set_first;           /* per label set: first index in label_kv / 2 */
-    rperf__seqmap_t stacks;      /* key: thread_seq, label_set_id, frames… */
-    int64_t *weights;            /* per merged stack */
-    size_t weights_cap;
-    uint32_t *key;               /* scratch key */
-    size_t key_cap;
+    rperf__seqmap_t stacks;      /* key: thread_seq, label_set_id, frames…; sum: weight */
+    rperf__buf_t key;            /* scratch key */
     rperf__threads_t threads;
 } pprof_state_t;
 
@@ -101,22 +96,11 @@ put_field_varint(rperf__buf_t *b, uint32_t f, uint64_t v)
     put_varint(b, v);
 }
 
-static int
-flush_out(pprof_state_t *st, int force)
-{
-    if (st->out.len && (force || st->out.len >= FLUSH_AT)) {
-        int rc = rperf_writer_write(st->w, st->out.data, st->out.len);
-        st->out.len = 0;
-        return rc;
-    }
-    return 0;
-}
-
 /* Reserve room for one message of `n` bytes plus its tag and length. */
 static int
 reserve(pprof_state_t *st, size_t n)
 {
-    int rc = flush_out(st, 0);
+    int rc = rperf__buf_flush(&st->out, st->w, RPERF__FLUSH_AT);
     if (rc)
         return rc;
     return rperf__buf_reserve(&st->out, n + 32);
@@ -160,40 +144,23 @@ put_value_type(pprof_state_t *st, uint32_t field, uint32_t type, uint32_t unit)
 static int
 merge_samples(pprof_state_t *st, const rperf_profile_view_t *v)
 {
-    int rc = rperf__seqmap_init(&st->stacks, v->sample_count);
+    size_t items = 0;
+    for (size_t i = 0; i < v->sample_count; i++)
+        items += (size_t)v->samples[i].depth + 2;
+    int rc = rperf__seqmap_init(&st->stacks, v->sample_count, items);
     if (rc)
         return rc;
     for (size_t i = 0; i < v->sample_count; i++) {
         const rperf_view_sample_t *s = &v->samples[i];
-        size_t klen = (size_t)s->depth + 2;
-        if (klen > st->key_cap) {
-            size_t nc = klen * 2;
-            uint32_t *k = realloc(st->key, nc * sizeof *k);
-            if (!k)
-                return -ENOMEM;
-            st->key = k;
-            st->key_cap = nc;
-        }
-        st->key[0] = s->thread_seq;
-        st->key[1] = s->label_set_id;
+        uint32_t *key = rperf__buf_u32s(&st->key, (size_t)s->depth + 2);
+        if (!key)
+            return -ENOMEM;
+        key[0] = s->thread_seq;
+        key[1] = s->label_set_id;
         if (s->depth)
-            memcpy(st->key + 2, s->frames, (size_t)s->depth * sizeof *s->frames);
-        uint32_t id;
-        int is_new;
-        if ((rc = rperf__seqmap_intern(&st->stacks, st->key, (uint32_t)klen, &id, &is_new)))
+            memcpy(key + 2, s->frames, (size_t)s->depth * sizeof *s->frames);
+        if ((rc = rperf__seqmap_add(&st->stacks, key, s->depth + 2, s->weight, NULL)))
             return rc;
-        if (is_new) {
-            if (id >= st->weights_cap) {
-                size_t nc = st->weights_cap ? st->weights_cap * 2 : 1024;
-                int64_t *wv = realloc(st->weights, nc * sizeof *wv);
-                if (!wv)
-                    return -ENOMEM;
-                st->weights = wv;
-                st->weights_cap = nc;
-            }
-            st->weights[id] = 0;
-        }
-        st->weights[id] += s->weight;
     }
     return 0;
 }
@@ -202,13 +169,13 @@ static int
 put_samples(pprof_state_t *st, const rperf_profile_view_t *v, uint32_t s_thread_seq,
             uint32_t s_ractor)
 {
-    for (uint32_t id = 0; id < st->stacks.count; id++) {
+    for (uint32_t id = 0; id < rperf__seqmap_count(&st->stacks); id++) {
         uint32_t klen;
         const uint32_t *key = rperf__seqmap_get(&st->stacks, id, &klen);
         uint32_t thread_seq = key[0], set = key[1];
         const uint32_t *frames = key + 2;
         uint32_t depth = klen - 2;
-        int64_t weight = st->weights[id];
+        int64_t weight = st->stacks.sum[id];
 
         size_t locs = 0;
         for (uint32_t d = 0; d < depth; d++)
@@ -342,7 +309,7 @@ pprof_encode_state(pprof_state_t *st, const rperf_profile_view_t *v)
 {
     int rc;
     uint32_t s_empty, s_thread_seq, s_ractor, s_type, s_unit;
-    if ((rc = rperf__strmap_init(&st->strings, v->frame_count * 2 + 64)) ||
+    if ((rc = rperf__strmap_init(&st->strings, v->frame_count * 2 + 64, 0)) ||
         (rc = intern_cstr(st, "", &s_empty)) ||
         (rc = intern_cstr(st, "thread_seq", &s_thread_seq)) ||
         (rc = intern_cstr(st, "ractor", &s_ractor)) ||
@@ -437,7 +404,7 @@ pprof_encode_state(pprof_state_t *st, const rperf_profile_view_t *v)
     put_varint(&st->out, cbody);
     for (int i = 0; i < ncomments; i++)
         put_varint(&st->out, comments[i]);
-    return flush_out(st, 1);
+    return rperf__buf_flush(&st->out, st->w, 0);
 }
 
 static int
@@ -447,9 +414,7 @@ pprof_encode(const rperf_profile_view_t *v, const rperf_export_options_t *opts, 
     pprof_state_t st;
     memset(&st, 0, sizeof st);
     st.w = w;
-    int rc = pprof_encode_state(&st, v);
-    if (rc && !rperf_writer_status(w))
-        rperf_writer_fail(w, rc, "pprof: %s", strerror(-rc));
+    int rc = rperf__encode_result(w, "pprof", pprof_encode_state(&st, v));
     rperf__buf_free(&st.out);
     rperf__buf_free(&st.scratch);
     rperf__strmap_free(&st.strings);
@@ -459,8 +424,7 @@ pprof_encode(const rperf_profile_view_t *v, const rperf_export_options_t *opts, 
     free(st.fn_file);
     free(st.label_kv);
     free(st.set_first);
-    free(st.weights);
-    free(st.key);
+    rperf__buf_free(&st.key);
     return rc;
 }
 

@@ -60,7 +60,7 @@ typedef struct rperf_view_label_set {
 /* Per-thread information (thread_seq -> Ractor id, name, native tid). */
 typedef struct rperf_view_thread {
     uint32_t thread_seq;
-    uint32_t ractor_id;      /* 0 = main Ractor / unknown */
+    uint32_t ractor_id;      /* Ruby's Ractor id (main Ractor = 1); 0 = unknown */
     rperf_str_t name;        /* len 0 = unnamed */
     int64_t native_tid;      /* 0 = unknown */
 } rperf_view_thread_t;
@@ -140,6 +140,14 @@ uint64_t rperf_writer_bytes(const rperf_writer_t *w);
 /* Constructors. Each returns 0 and stores a new writer in *out, or a
  * negative errno (*out untouched). */
 int rperf_writer_memory_open(rperf_writer_t **out);
+/* A memory writer whose buffer belongs to the caller: whenever it needs
+ * room for `cap` bytes it calls grow(ctx, buf, len, cap), which returns a
+ * buffer of at least `cap` bytes holding the `len` bytes of `buf` (possibly
+ * moved), or NULL on failure (the writer then fails with -ENOMEM). The
+ * writer never frees the buffer; read it with rperf_writer_memory_data().
+ * Called on the writer's thread. */
+typedef void *(*rperf_writer_grow_fn)(void *ctx, void *buf, size_t len, size_t cap);
+int rperf_writer_buffer_open(rperf_writer_t **out, rperf_writer_grow_fn grow, void *ctx);
 /* Writes go to "<path>.tmp.<random>" in the same directory; finish() renames
  * it to `path`. The file is created with mode 0666 & ~umask. */
 int rperf_writer_file_open(rperf_writer_t **out, const char *path);
@@ -154,7 +162,8 @@ void rperf_writer_free(rperf_writer_t *w);
 
 /* Memory writers only: the bytes written so far (valid until the next write
  * or free). rperf_writer_memory_take() transfers the buffer to the caller
- * (release with free()) and leaves the writer empty. */
+ * (release with free()) and leaves the writer empty; it returns NULL for
+ * a rperf_writer_buffer_open() writer. */
 const unsigned char *rperf_writer_memory_data(const rperf_writer_t *w, size_t *len);
 unsigned char *rperf_writer_memory_take(rperf_writer_t *w, size_t *len);
 
@@ -239,6 +248,12 @@ int rperf_export_to_memory(const rperf_exporter_ops_t *ops, const rperf_profile_
 int rperf_export_to_file(const rperf_exporter_ops_t *ops, const rperf_profile_view_t *view,
                          const rperf_export_options_t *opts, int gzip, const char *path,
                          char *errbuf, size_t errlen);
+
+/* Check the view and encode it into `sink` (through a gzip stream when gzip
+ * is 1; -1 follows ops->gzip). `sink` is neither finished nor freed. */
+int rperf_export_to_writer(const rperf_exporter_ops_t *ops, const rperf_profile_view_t *view,
+                           const rperf_export_options_t *opts, int gzip, rperf_writer_t *sink,
+                           char *errbuf, size_t errlen);
 
 #ifdef __cplusplus
 }

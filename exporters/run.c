@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * run.c — running an exporter: option defaults, the view invariant check,
- * and the two drivers rperf_export_to_memory() / rperf_export_to_file()
- * that wire writer, optional gzip and the exporter's encode() together.
+ * and the drivers that wire writer, optional gzip and the exporter's
+ * encode() together: rperf_export_to_writer() (any writer), and on top of
+ * it rperf_export_to_memory() / rperf_export_to_file().
  *
  * Context: any non-signal thread; no Ruby API.
  * See also writer.c, registry.c, rperf_exporter.h.
@@ -101,12 +102,16 @@ finish_error(int rc, rperf_writer_t *w, const rperf_exporter_ops_t *ops, char *e
     return rc;
 }
 
-/* Encode into `sink`, through a gzip writer when asked. */
-static int
-encode_into(const rperf_exporter_ops_t *ops, const rperf_profile_view_t *view,
-            const rperf_export_options_t *opts, int gzip, rperf_writer_t *sink,
-            char *errbuf, size_t errlen)
+int
+rperf_export_to_writer(const rperf_exporter_ops_t *ops, const rperf_profile_view_t *view,
+                       const rperf_export_options_t *opts, int gzip, rperf_writer_t *sink,
+                       char *errbuf, size_t errlen)
 {
+    if (!ops || !sink)
+        return finish_error(-EINVAL, NULL, ops, errbuf, errlen);
+    int rc = rperf_view_check(view, errbuf, errlen);
+    if (rc)
+        return rc;
     rperf_export_options_t defaults;
     if (!opts) {
         rperf_export_options_init(&defaults);
@@ -114,8 +119,7 @@ encode_into(const rperf_exporter_ops_t *ops, const rperf_profile_view_t *view,
     }
     rperf_writer_t *gz = NULL;
     rperf_writer_t *w = sink;
-    int rc;
-    if (gzip) {
+    if (gzip < 0 ? ops->gzip : gzip) {
         if ((rc = rperf_writer_gzip_open(&gz, sink, -1)))
             return finish_error(rc, NULL, ops, errbuf, errlen);
         w = gz;
@@ -136,17 +140,13 @@ rperf_export_to_memory(const rperf_exporter_ops_t *ops, const rperf_profile_view
                        const rperf_export_options_t *opts, int gzip, unsigned char **data,
                        size_t *len, char *errbuf, size_t errlen)
 {
-    if (!ops || !data || !len)
+    if (!data || !len)
         return finish_error(-EINVAL, NULL, ops, errbuf, errlen);
-    int rc = rperf_view_check(view, errbuf, errlen);
-    if (rc)
-        return rc;
-    if (gzip < 0)
-        gzip = ops->gzip;
     rperf_writer_t *w;
-    if ((rc = rperf_writer_memory_open(&w)))
+    int rc = rperf_writer_memory_open(&w);
+    if (rc)
         return finish_error(rc, NULL, ops, errbuf, errlen);
-    rc = encode_into(ops, view, opts, gzip, w, errbuf, errlen);
+    rc = rperf_export_to_writer(ops, view, opts, gzip, w, errbuf, errlen);
     if (rc == 0) {
         *data = rperf_writer_memory_take(w, len);
         if (!*data)
@@ -163,18 +163,14 @@ rperf_export_to_file(const rperf_exporter_ops_t *ops, const rperf_profile_view_t
 {
     if (!ops || !path)
         return finish_error(-EINVAL, NULL, ops, errbuf, errlen);
-    int rc = rperf_view_check(view, errbuf, errlen);
-    if (rc)
-        return rc;
-    if (gzip < 0)
-        gzip = ops->gzip;
     rperf_writer_t *w;
-    if ((rc = rperf_writer_file_open(&w, path))) {
+    int rc = rperf_writer_file_open(&w, path);
+    if (rc) {
         if (errbuf && errlen)
             snprintf(errbuf, errlen, "cannot create %s: %s", path, strerror(-rc));
         return rc;
     }
-    rc = encode_into(ops, view, opts, gzip, w, errbuf, errlen);
+    rc = rperf_export_to_writer(ops, view, opts, gzip, w, errbuf, errlen);
     if (rc == 0 && (rc = rperf_writer_finish(w)))
         finish_error(rc, w, ops, errbuf, errlen);
     rperf_writer_free(w); /* removes the temporary file unless finished */

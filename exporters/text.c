@@ -45,41 +45,9 @@ typedef struct {
 } text_state_t;
 
 static int
-escape_into(rperf__buf_t *esc, const char *p, size_t n)
-{
-    static const char hex[] = "0123456789abcdef";
-    esc->len = 0;
-    int rc = rperf__buf_reserve(esc, n * 4 + 1);
-    if (rc)
-        return rc;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)p[i];
-        if (c < 0x20 || c == 0x7f) {
-            unsigned char *d = esc->data + esc->len;
-            d[0] = '\\';
-            d[1] = 'x';
-            d[2] = (unsigned char)hex[c >> 4];
-            d[3] = (unsigned char)hex[c & 15];
-            esc->len += 4;
-        } else {
-            esc->data[esc->len++] = c;
-        }
-    }
-    return 0;
-}
-
-static int
 intern_text(text_state_t *st, rperf_str_t s, const char *if_empty, uint32_t *id)
 {
-    size_t n;
-    const char *p = rperf__utf8_sanitize(s.ptr, s.len, &st->scratch, &n);
-    if (!p)
-        return -ENOMEM;
-    if (n == 0 && if_empty) {
-        p = if_empty;
-        n = strlen(if_empty);
-    }
-    int rc = escape_into(&st->esc, p, n);
+    int rc = rperf__text_clean(&st->esc, &st->scratch, s, 0, if_empty);
     if (rc)
         return rc;
     return rperf__strmap_intern(&st->strs, st->esc.len ? (const char *)st->esc.data : "",
@@ -158,7 +126,7 @@ put_table(text_state_t *st, rperf_writer_t *w, const char *title, const int64_t 
     if (rc)
         return rc;
     size_t n = 0;
-    for (uint32_t r = 0; r < st->rows.count; r++)
+    for (uint32_t r = 0; r < rperf__seqmap_count(&st->rows); r++)
         if (weight[r] > 0)
             st->order[n++] = r;
     sort_ctx_t ctx = {st, weight};
@@ -192,8 +160,8 @@ text_run(text_state_t *st, const rperf_profile_view_t *v, const rperf_export_opt
     int rc;
     if (v->sample_count == 0)
         return rperf_writer_puts(w, "No samples recorded.\n");
-    if ((rc = rperf__strmap_init(&st->strs, v->frame_count * 2)) ||
-        (rc = rperf__seqmap_init(&st->rows, v->frame_count)))
+    if ((rc = rperf__strmap_init(&st->strs, v->frame_count * 2, 0)) ||
+        (rc = rperf__seqmap_init(&st->rows, v->frame_count, v->frame_count * 2)))
         return rc;
     st->frame_row = malloc((v->frame_count + 1) * sizeof *st->frame_row);
     if (!st->frame_row)
@@ -205,7 +173,7 @@ text_run(text_state_t *st, const rperf_profile_view_t *v, const rperf_export_opt
             (rc = rperf__seqmap_intern(&st->rows, key, 2, &st->frame_row[i], NULL)))
             return rc;
     }
-    size_t nrows = st->rows.count + 1;
+    size_t nrows = rperf__seqmap_count(&st->rows) + 1;
     st->flat = calloc(nrows, sizeof *st->flat);
     st->cum = calloc(nrows, sizeof *st->cum);
     st->stamp = calloc(nrows, sizeof *st->stamp);
@@ -254,9 +222,7 @@ text_encode(const rperf_profile_view_t *v, const rperf_export_options_t *opts, r
         rperf_export_options_init(&defaults);
         opts = &defaults;
     }
-    int rc = text_run(&st, v, opts, w);
-    if (rc && !rperf_writer_status(w))
-        rperf_writer_fail(w, rc, "text: %s", strerror(-rc));
+    int rc = rperf__encode_result(w, "text", text_run(&st, v, opts, w));
     rperf__strmap_free(&st.strs);
     rperf__seqmap_free(&st.rows);
     free(st.frame_row);

@@ -1,17 +1,20 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * util.c — the helpers of exporter_internal.h: byte buffer, string and
- * uint32-sequence interning tables, UTF-8 validation/sanitising, thread
- * lookup and number formatting.
+ * util.c — the helpers of exporter_internal.h: byte buffer and output
+ * staging, number formatting, the string and uint32-sequence interning
+ * tables, UTF-8 validation/sanitising, escaping for text formats, thread
+ * lookup, and the common end of an encode() call.
  *
  * Context: any non-signal thread; no Ruby API; no shared state.
  *
  * DESIGN
- * Both interning tables keep their keys in one contiguous store and the
- * per-id metadata in parallel arrays; the hash index holds id+1 per slot
+ * The string table keeps its keys in one contiguous store and the per-id
+ * metadata in parallel arrays; the hash index holds id+1 per slot
  * (0 = empty), linear probing, load factor <= 1/2, so lookups cost one hash
  * plus usually one key comparison. Ids are dense and in insertion order,
- * which is what the encoders want (pprof string table, frame tables).
+ * which is what the encoders want (pprof string table, frame tables). The
+ * sequence table is the same table keyed by the sequences' bytes, plus a
+ * weight sum per id (the encoders merge samples by stack).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -64,6 +67,56 @@ rperf__buf_free(rperf__buf_t *b)
     b->len = b->cap = 0;
 }
 
+uint32_t *
+rperf__buf_u32s(rperf__buf_t *b, size_t n)
+{
+    b->len = 0;
+    if (n > SIZE_MAX / sizeof(uint32_t) || rperf__buf_reserve(b, (n ? n : 1) * sizeof(uint32_t)))
+        return NULL;
+    /* malloc'd memory is aligned for any type. */
+    return (uint32_t *)(void *)b->data;
+}
+
+int
+rperf__buf_flush(rperf__buf_t *b, rperf_writer_t *w, size_t at)
+{
+    if (b->len == 0 || b->len < at)
+        return 0;
+    int rc = rperf_writer_write(w, b->data, b->len);
+    b->len = 0;
+    return rc;
+}
+
+/* ---- numbers ----------------------------------------------------------------- */
+
+size_t
+rperf__u64_dec(char *buf, uint64_t v)
+{
+    char tmp[24];
+    size_t n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    for (size_t i = 0; i < n; i++)
+        buf[i] = tmp[n - 1 - i];
+    return n;
+}
+
+size_t
+rperf__fmt_thousands(char *buf, uint64_t v)
+{
+    char digits[24];
+    size_t nd = rperf__u64_dec(digits, v), n = 0;
+    for (size_t i = 0; i < nd; i++) {
+        if (i && (nd - i) % 3 == 0)
+            buf[n++] = ',';
+        buf[n++] = digits[i];
+    }
+    buf[n] = '\0';
+    return n;
+}
+
 /* ---- hashing ----------------------------------------------------------------- */
 
 static inline uint64_t
@@ -96,21 +149,7 @@ rperf__hash_bytes(const void *p, size_t n, uint64_t seed)
     return mix64(h);
 }
 
-uint64_t
-rperf__hash_u32s(const uint32_t *p, size_t n, uint64_t seed)
-{
-    uint64_t h = seed ^ (n * 0x9e3779b97f4a7c15ULL);
-    size_t i = 0;
-    for (; i + 1 < n; i += 2) {
-        uint64_t w = (uint64_t)p[i] | ((uint64_t)p[i + 1] << 32);
-        h = (h ^ mix64(w)) * 0x9e3779b97f4a7c15ULL;
-    }
-    if (i < n)
-        h = (h ^ mix64((uint64_t)p[i] ^ 0x5bd1e99500000000ULL)) * 0x9e3779b97f4a7c15ULL;
-    return mix64(h);
-}
-
-/* ---- shared index helpers ------------------------------------------------------ */
+/* ---- string map ---------------------------------------------------------------- */
 
 static size_t
 pow2_at_least(size_t n)
@@ -121,55 +160,56 @@ pow2_at_least(size_t n)
     return c;
 }
 
-/* Grow the per-id arrays of either table (same layout of four fields). */
 static int
-grow_ids(size_t **off, uint32_t **len, uint64_t **hash, size_t *cap, size_t count)
-{
-    if (count < *cap)
-        return 0;
-    size_t nc = *cap ? *cap * 2 : 64;
-    size_t *o = realloc(*off, nc * sizeof *o);
-    if (!o)
-        return -ENOMEM;
-    *off = o;
-    uint32_t *l = realloc(*len, nc * sizeof *l);
-    if (!l)
-        return -ENOMEM;
-    *len = l;
-    uint64_t *h = realloc(*hash, nc * sizeof *h);
-    if (!h)
-        return -ENOMEM;
-    *hash = h;
-    *cap = nc;
-    return 0;
-}
-
-static int
-rehash(uint32_t **slots, size_t *slot_cap, const uint64_t *hash, size_t count, size_t new_cap)
+rehash(rperf__strmap_t *m, size_t new_cap)
 {
     uint32_t *s = calloc(new_cap, sizeof *s);
     if (!s)
         return -ENOMEM;
     size_t mask = new_cap - 1;
-    for (size_t id = 0; id < count; id++) {
-        size_t i = (size_t)hash[id] & mask;
+    for (size_t id = 0; id < m->count; id++) {
+        size_t i = (size_t)m->hash[id] & mask;
         while (s[i])
             i = (i + 1) & mask;
         s[i] = (uint32_t)id + 1;
     }
-    free(*slots);
-    *slots = s;
-    *slot_cap = new_cap;
+    free(m->slots);
+    m->slots = s;
+    m->slot_cap = new_cap;
     return 0;
 }
 
-/* ---- string map ---------------------------------------------------------------- */
+static int
+grow_ids(rperf__strmap_t *m)
+{
+    if (m->count < m->ids_cap)
+        return 0;
+    /* Up to the expected count at once (the index is sized for it). */
+    size_t nc = m->ids_cap ? m->ids_cap * 2 : m->slot_cap / 2 > 64 ? m->slot_cap / 2 : 64;
+    size_t *o = realloc(m->off, nc * sizeof *o);
+    if (!o)
+        return -ENOMEM;
+    m->off = o;
+    uint32_t *l = realloc(m->len, nc * sizeof *l);
+    if (!l)
+        return -ENOMEM;
+    m->len = l;
+    uint64_t *h = realloc(m->hash, nc * sizeof *h);
+    if (!h)
+        return -ENOMEM;
+    m->hash = h;
+    m->ids_cap = nc;
+    return 0;
+}
 
 int
-rperf__strmap_init(rperf__strmap_t *m, size_t expected)
+rperf__strmap_init(rperf__strmap_t *m, size_t expected, size_t expected_bytes)
 {
     memset(m, 0, sizeof *m);
-    return rehash(&m->slots, &m->slot_cap, NULL, 0, pow2_at_least(expected * 2));
+    int rc = rehash(m, pow2_at_least(expected * 2));
+    if (rc == 0 && expected_bytes)
+        rc = rperf__buf_reserve(&m->bytes, expected_bytes);
+    return rc;
 }
 
 int
@@ -194,7 +234,7 @@ rperf__strmap_intern(rperf__strmap_t *m, const char *p, size_t n, uint32_t *id, 
         }
         i = (i + 1) & mask;
     }
-    int rc = grow_ids(&m->off, &m->len, &m->hash, &m->ids_cap, m->count);
+    int rc = grow_ids(m);
     if (rc)
         return rc;
     size_t off = m->bytes.len;
@@ -205,22 +245,12 @@ rperf__strmap_intern(rperf__strmap_t *m, const char *p, size_t n, uint32_t *id, 
     m->len[nid] = (uint32_t)n;
     m->hash[nid] = h;
     m->slots[i] = nid + 1;
-    if (m->count * 2 > m->slot_cap) {
-        if ((rc = rehash(&m->slots, &m->slot_cap, m->hash, m->count, m->slot_cap * 2)))
-            return rc;
-    }
+    if (m->count * 2 > m->slot_cap && (rc = rehash(m, m->slot_cap * 2)))
+        return rc;
     *id = nid;
     if (is_new)
         *is_new = 1;
     return 0;
-}
-
-const char *
-rperf__strmap_get(const rperf__strmap_t *m, uint32_t id, size_t *n)
-{
-    *n = m->len[id];
-    /* An empty store has data == NULL; hand out "" instead. */
-    return m->bytes.data ? (const char *)m->bytes.data + m->off[id] : "";
 }
 
 void
@@ -237,80 +267,57 @@ rperf__strmap_free(rperf__strmap_t *m)
 /* ---- sequence map ---------------------------------------------------------------- */
 
 int
-rperf__seqmap_init(rperf__seqmap_t *m, size_t expected)
+rperf__seqmap_init(rperf__seqmap_t *m, size_t expected, size_t expected_items)
 {
     memset(m, 0, sizeof *m);
-    return rehash(&m->slots, &m->slot_cap, NULL, 0, pow2_at_least(expected * 2));
+    if (expected_items > SIZE_MAX / sizeof(uint32_t))
+        return -ENOMEM;
+    return rperf__strmap_init(&m->keys, expected, expected_items * sizeof(uint32_t));
 }
 
 int
-rperf__seqmap_intern(rperf__seqmap_t *m, const uint32_t *seq, uint32_t n, uint32_t *id, int *is_new)
+rperf__seqmap_intern(rperf__seqmap_t *m, const uint32_t *seq, uint32_t n, uint32_t *id,
+                     int *is_new)
 {
-    if (m->count >= UINT32_MAX - 1)
-        return -EOVERFLOW;
-    uint64_t h = rperf__hash_u32s(seq, n, 0);
-    size_t mask = m->slot_cap - 1;
-    size_t i = (size_t)h & mask;
-    for (;;) {
-        uint32_t s = m->slots[i];
-        if (!s)
-            break;
-        uint32_t cand = s - 1;
-        if (m->hash[cand] == h && m->len[cand] == n &&
-            (n == 0 || memcmp(m->keys + m->off[cand], seq, (size_t)n * sizeof *seq) == 0)) {
-            *id = cand;
-            if (is_new)
-                *is_new = 0;
-            return 0;
-        }
-        i = (i + 1) & mask;
-    }
-    int rc = grow_ids(&m->off, &m->len, &m->hash, &m->ids_cap, m->count);
+    int fresh;
+    int rc = rperf__strmap_intern(&m->keys, (const char *)seq, (size_t)n * sizeof *seq, id, &fresh);
     if (rc)
         return rc;
-    if (m->keys_cap - m->keys_len < n) {
-        size_t nc = m->keys_cap ? m->keys_cap : 1024;
-        while (nc - m->keys_len < n)
-            nc *= 2;
-        uint32_t *k = realloc(m->keys, nc * sizeof *k);
-        if (!k)
-            return -ENOMEM;
-        m->keys = k;
-        m->keys_cap = nc;
+    if (fresh) {
+        if (*id >= m->sum_cap) {
+            size_t nc = m->keys.ids_cap; /* > *id, and grows by doubling */
+            int64_t *s = realloc(m->sum, nc * sizeof *s);
+            if (!s)
+                return -ENOMEM;
+            m->sum = s;
+            m->sum_cap = nc;
+        }
+        m->sum[*id] = 0;
     }
-    if (n)
-        memcpy(m->keys + m->keys_len, seq, (size_t)n * sizeof *seq);
-    uint32_t nid = (uint32_t)m->count++;
-    m->off[nid] = m->keys_len;
-    m->len[nid] = n;
-    m->hash[nid] = h;
-    m->keys_len += n;
-    m->slots[i] = nid + 1;
-    if (m->count * 2 > m->slot_cap) {
-        if ((rc = rehash(&m->slots, &m->slot_cap, m->hash, m->count, m->slot_cap * 2)))
-            return rc;
-    }
-    *id = nid;
     if (is_new)
-        *is_new = 1;
+        *is_new = fresh;
     return 0;
 }
 
-const uint32_t *
-rperf__seqmap_get(const rperf__seqmap_t *m, uint32_t id, uint32_t *n)
+int
+rperf__seqmap_add(rperf__seqmap_t *m, const uint32_t *seq, uint32_t n, int64_t weight,
+                  uint32_t *id)
 {
-    *n = m->len[id];
-    return m->keys ? m->keys + m->off[id] : NULL;
+    uint32_t sid;
+    int rc = rperf__seqmap_intern(m, seq, n, &sid, NULL);
+    if (rc)
+        return rc;
+    m->sum[sid] += weight;
+    if (id)
+        *id = sid;
+    return 0;
 }
 
 void
 rperf__seqmap_free(rperf__seqmap_t *m)
 {
-    free(m->keys);
-    free(m->off);
-    free(m->len);
-    free(m->hash);
-    free(m->slots);
+    rperf__strmap_free(&m->keys);
+    free(m->sum);
     memset(m, 0, sizeof *m);
 }
 
@@ -352,10 +359,26 @@ utf8_seq_len(const unsigned char *s, size_t n)
 int
 rperf__utf8_valid(const char *p, size_t n)
 {
+    return rperf__utf8_class(p, n) != RPERF__UTF8_BROKEN;
+}
+
+int
+rperf__utf8_class(const char *p, size_t n)
+{
     const unsigned char *s = (const unsigned char *)p;
+    int cls = RPERF__UTF8_ASCII;
     size_t i = 0;
     while (i < n) {
-        /* Fast path for ASCII runs, 8 bytes at a time. */
+        /* Fast path for ASCII runs, 32 then 8 bytes at a time (outputs
+         * reach 100 MB, mostly ASCII). */
+        if (n - i >= 32) {
+            uint64_t w[4];
+            memcpy(w, s + i, 32);
+            if (!((w[0] | w[1] | w[2] | w[3]) & 0x8080808080808080ULL)) {
+                i += 32;
+                continue;
+            }
+        }
         if (n - i >= 8) {
             uint64_t w;
             memcpy(&w, s + i, 8);
@@ -366,10 +389,12 @@ rperf__utf8_valid(const char *p, size_t n)
         }
         size_t l = utf8_seq_len(s + i, n - i);
         if (!l)
-            return 0;
+            return RPERF__UTF8_BROKEN;
+        if (l > 1)
+            cls = RPERF__UTF8_VALID;
         i += l;
     }
-    return 1;
+    return cls;
 }
 
 const char *
@@ -399,6 +424,38 @@ rperf__utf8_sanitize(const char *p, size_t n, rperf__buf_t *scratch, size_t *out
     }
     *out_len = scratch->len;
     return (const char *)scratch->data;
+}
+
+int
+rperf__text_clean(rperf__buf_t *out, rperf__buf_t *scratch, rperf_str_t s, unsigned flags,
+                  const char *if_empty)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t n;
+    const char *p = rperf__utf8_sanitize(s.ptr, s.len, scratch, &n);
+    if (!p)
+        return -ENOMEM;
+    out->len = 0;
+    if (n == 0)
+        return if_empty ? rperf__buf_append(out, if_empty, strlen(if_empty)) : 0;
+    int rc = rperf__buf_reserve(out, n * 4);
+    if (rc)
+        return rc;
+    unsigned char *d = out->data;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)p[i];
+        if (c < 0x20 || c == 0x7f || (c == ';' && (flags & RPERF__ESC_SEMICOLON)) ||
+            (c == ' ' && (flags & RPERF__ESC_EDGE_SPACE) && (i == 0 || i == n - 1))) {
+            *d++ = '\\';
+            *d++ = 'x';
+            *d++ = (unsigned char)hex[c >> 4];
+            *d++ = (unsigned char)hex[c & 15];
+        } else {
+            *d++ = c;
+        }
+    }
+    out->len = (size_t)(d - out->data);
+    return 0;
 }
 
 /* ---- threads --------------------------------------------------------------------------- */
@@ -453,22 +510,12 @@ rperf__threads_free(rperf__threads_t *t)
     t->count = 0;
 }
 
-/* ---- formatting ------------------------------------------------------------------------ */
+/* ---- the end of an encode() ---------------------------------------------------------- */
 
-size_t
-rperf__fmt_thousands(char *buf, uint64_t v)
+int
+rperf__encode_result(rperf_writer_t *w, const char *who, int rc)
 {
-    char tmp[32];
-    size_t n = 0, digits = 0;
-    do {
-        if (digits && digits % 3 == 0)
-            tmp[n++] = ',';
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-        digits++;
-    } while (v);
-    for (size_t i = 0; i < n; i++)
-        buf[i] = tmp[n - 1 - i];
-    buf[n] = '\0';
-    return n;
+    if (rc && !rperf_writer_status(w))
+        rperf_writer_fail(w, rc, "%s: %s", who, strerror(-rc));
+    return rc;
 }

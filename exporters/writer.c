@@ -9,13 +9,16 @@
  *
  * DESIGN
  * One struct with a `kind` tag and a switch per operation (three kinds, no
- * need for a vtable). File writers buffer 64 KiB before write(2) and retry
- * short writes and EINTR. The temporary file lives beside the target so the
+ * need for a vtable). A memory writer's buffer comes from realloc(), or
+ * from the host's grow function (the Ruby binding grows a String, so the
+ * output needs no final copy); a size hint (reserve) allocates exactly and
+ * prefaults. File writers buffer 64 KiB before write(2) and retry short
+ * writes and EINTR. The temporary file lives beside the target so the
  * final rename(2) is atomic on POSIX file systems; it is unlinked by
  * rperf_writer_free() unless rperf_writer_finish() succeeded. No fsync: the
  * guarantee is "never a partial file after a failed export", not durability
  * across power loss.
- * See also rperf_exporter.h (contract), export.c (rperf_export_*).
+ * See also rperf_exporter.h (contract), run.c (rperf_export_*).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -23,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -43,6 +47,8 @@ struct rperf_writer {
     /* memory + file buffer */
     unsigned char *data;
     size_t len, cap;
+    rperf_writer_grow_fn grow;   /* memory: NULL = realloc() */
+    void *grow_ctx;
     /* file */
     int fd;
     char *path, *tmp_path;
@@ -53,34 +59,18 @@ struct rperf_writer {
     unsigned char *zout;
 };
 
-static int
-set_error(rperf_writer_t *w, int err, const char *fmt, va_list ap)
+/* Also the writer's own way to fail: the first error sticks. */
+int
+rperf_writer_fail(rperf_writer_t *w, int err, const char *fmt, ...)
 {
     if (w->err)
         return w->err;
     w->err = err ? err : -EIO;
+    va_list ap;
+    va_start(ap, fmt);
     vsnprintf(w->msg, sizeof w->msg, fmt, ap);
+    va_end(ap);
     return w->err;
-}
-
-static int
-fail(rperf_writer_t *w, int err, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int rc = set_error(w, err, fmt, ap);
-    va_end(ap);
-    return rc;
-}
-
-int
-rperf_writer_fail(rperf_writer_t *w, int err, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int rc = set_error(w, err, fmt, ap);
-    va_end(ap);
-    return rc;
 }
 
 int
@@ -103,44 +93,78 @@ rperf_writer_bytes(const rperf_writer_t *w)
 
 /* ---- memory ------------------------------------------------------------------ */
 
+/* Fault in [p, p + n) in one call (Linux >= 5.14) instead of one page
+ * fault per page as the bytes arrive: a size hint says they all will.
+ * Saves about a quarter of the time to fill 100 MB of fresh memory. Only a
+ * hint: failures are ignored. */
+static void
+prefault(unsigned char *p, size_t n)
+{
+#ifdef MADV_POPULATE_WRITE
+    long pg = sysconf(_SC_PAGESIZE);
+    if (pg <= 0 || n < ((size_t)1 << 20))
+        return;
+    uintptr_t a = ((uintptr_t)p + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1);
+    uintptr_t e = ((uintptr_t)p + n) & ~((uintptr_t)pg - 1);
+    if (e > a)
+        (void)madvise((void *)a, e - a, MADV_POPULATE_WRITE);
+#else
+    (void)p;
+    (void)n;
+#endif
+}
+
+/* Make room for `extra` more bytes: exactly that many when `exact` (a size
+ * hint, prefaulted), else by doubling. */
 static int
-mem_reserve(rperf_writer_t *w, size_t extra)
+mem_reserve(rperf_writer_t *w, size_t extra, int exact)
 {
     if (w->cap - w->len >= extra)
         return 0;
     size_t need = w->len + extra;
     if (need < w->len)
-        return fail(w, -ENOMEM, "out of memory");
-    size_t cap = w->cap ? w->cap : 4096;
+        return rperf_writer_fail(w, -ENOMEM, "out of memory");
+    size_t cap = exact ? need : (w->cap ? w->cap : 4096);
     while (cap < need) {
         if (cap > SIZE_MAX / 2)
-            return fail(w, -ENOMEM, "out of memory");
+            return rperf_writer_fail(w, -ENOMEM, "out of memory");
         cap *= 2;
     }
-    unsigned char *p = realloc(w->data, cap);
+    unsigned char *p = w->grow ? w->grow(w->grow_ctx, w->data, w->len, cap) : realloc(w->data, cap);
     if (!p)
-        return fail(w, -ENOMEM, "out of memory (%zu bytes)", cap);
+        return rperf_writer_fail(w, -ENOMEM, "out of memory (%zu bytes)", cap);
     w->data = p;
     w->cap = cap;
+    if (exact)
+        prefault(p + w->len, cap - w->len);
     return 0;
 }
 
 /* ---- file -------------------------------------------------------------------- */
 
+/* write(2) all of p[0..len), retrying short writes and EINTR. */
 static int
-file_flush(rperf_writer_t *w)
+file_write_all(rperf_writer_t *w, const unsigned char *p, size_t len)
 {
     size_t off = 0;
-    while (off < w->len) {
-        ssize_t n = write(w->fd, w->data + off, w->len - off);
+    while (off < len) {
+        ssize_t n = write(w->fd, p + off, len - off);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
             int e = errno;
-            return fail(w, -e, "write %s: %s", w->tmp_path, strerror(e));
+            return rperf_writer_fail(w, -e, "write %s: %s", w->tmp_path, strerror(e));
         }
         off += (size_t)n;
     }
+    return 0;
+}
+
+static int
+file_flush(rperf_writer_t *w)
+{
+    if (file_write_all(w, w->data, w->len))
+        return w->err;
     w->len = 0;
     return 0;
 }
@@ -155,12 +179,12 @@ gz_pump(rperf_writer_t *w, int flush)
         w->zs.avail_out = GZ_OUT_SIZE;
         int zr = deflate(&w->zs, flush);
         if (zr == Z_STREAM_ERROR)
-            return fail(w, -EIO, "zlib deflate: stream error");
+            return rperf_writer_fail(w, -EIO, "zlib deflate: stream error");
         size_t produced = GZ_OUT_SIZE - w->zs.avail_out;
         if (produced) {
             int rc = rperf_writer_write(w->inner, w->zout, produced);
             if (rc)
-                return fail(w, rc, "%s", rperf_writer_error(w->inner));
+                return rperf_writer_fail(w, rc, "%s", rperf_writer_error(w->inner));
         }
         if (flush == Z_FINISH) {
             if (zr == Z_STREAM_END)
@@ -179,32 +203,20 @@ rperf_writer_write(rperf_writer_t *w, const void *buf, size_t len)
     if (w->err)
         return w->err;
     if (w->finished)
-        return fail(w, -EINVAL, "write after finish");
+        return rperf_writer_fail(w, -EINVAL, "write after finish");
     if (len == 0)
         return 0;
     switch (w->kind) {
     case W_MEMORY:
-        if (mem_reserve(w, len))
+        if (mem_reserve(w, len, 0))
             return w->err;
         memcpy(w->data + w->len, buf, len);
         w->len += len;
         break;
     case W_FILE:
         if (len >= FILE_BUF_SIZE) {
-            if (file_flush(w))
+            if (file_flush(w) || file_write_all(w, buf, len))
                 return w->err;
-            const unsigned char *p = buf;
-            size_t off = 0;
-            while (off < len) {
-                ssize_t n = write(w->fd, p + off, len - off);
-                if (n < 0) {
-                    if (errno == EINTR)
-                        continue;
-                    int e = errno;
-                    return fail(w, -e, "write %s: %s", w->tmp_path, strerror(e));
-                }
-                off += (size_t)n;
-            }
         } else {
             if (w->cap - w->len < len && file_flush(w))
                 return w->err;
@@ -237,16 +249,7 @@ rperf_writer_reserve(rperf_writer_t *w, size_t n)
 {
     if (w->err)
         return w->err;
-    if (w->kind != W_MEMORY || w->cap - w->len >= n)
-        return 0;
-    if (w->len + n < w->len)
-        return fail(w, -ENOMEM, "out of memory");
-    unsigned char *p = realloc(w->data, w->len + n);
-    if (!p)
-        return fail(w, -ENOMEM, "out of memory (%zu bytes)", w->len + n);
-    w->data = p;
-    w->cap = w->len + n;
-    return 0;
+    return w->kind == W_MEMORY ? mem_reserve(w, n, 1) : 0;
 }
 
 int
@@ -257,7 +260,7 @@ rperf_writer_write_utf8(rperf_writer_t *w, const char *p, size_t len)
     rperf__buf_t tmp = {0};
     size_t n;
     const char *s = rperf__utf8_sanitize(p, len, &tmp, &n);
-    int rc = s ? rperf_writer_write(w, s, n) : fail(w, -ENOMEM, "out of memory");
+    int rc = s ? rperf_writer_write(w, s, n) : rperf_writer_fail(w, -ENOMEM, "out of memory");
     rperf__buf_free(&tmp);
     return rc;
 }
@@ -277,12 +280,12 @@ rperf_writer_printf(rperf_writer_t *w, const char *fmt, ...)
     int n = vsnprintf(small, sizeof small, fmt, ap);
     va_end(ap);
     if (n < 0)
-        return fail(w, -EINVAL, "printf: bad format");
+        return rperf_writer_fail(w, -EINVAL, "printf: bad format");
     if ((size_t)n < sizeof small)
         return rperf_writer_write(w, small, (size_t)n);
     char *big = malloc((size_t)n + 1);
     if (!big)
-        return fail(w, -ENOMEM, "out of memory");
+        return rperf_writer_fail(w, -ENOMEM, "out of memory");
     va_start(ap, fmt);
     vsnprintf(big, (size_t)n + 1, fmt, ap);
     va_end(ap);
@@ -305,9 +308,17 @@ new_writer(int kind)
 int
 rperf_writer_memory_open(rperf_writer_t **out)
 {
+    return rperf_writer_buffer_open(out, NULL, NULL);
+}
+
+int
+rperf_writer_buffer_open(rperf_writer_t **out, rperf_writer_grow_fn grow, void *ctx)
+{
     rperf_writer_t *w = new_writer(W_MEMORY);
     if (!w)
         return -ENOMEM;
+    w->grow = grow;
+    w->grow_ctx = ctx;
     *out = w;
     return 0;
 }
@@ -402,12 +413,13 @@ rperf_writer_finish(rperf_writer_t *w)
         if (close(w->fd) != 0) {
             int e = errno;
             w->fd = -1;
-            return fail(w, -e, "close %s: %s", w->tmp_path, strerror(e));
+            return rperf_writer_fail(w, -e, "close %s: %s", w->tmp_path, strerror(e));
         }
         w->fd = -1;
         if (rename(w->tmp_path, w->path) != 0) {
             int e = errno;
-            return fail(w, -e, "rename %s -> %s: %s", w->tmp_path, w->path, strerror(e));
+            return rperf_writer_fail(w, -e, "rename %s -> %s: %s", w->tmp_path, w->path,
+                                     strerror(e));
         }
         break;
     }
@@ -429,7 +441,8 @@ rperf_writer_free(rperf_writer_t *w)
     if (w->zinit)
         deflateEnd(&w->zs);
     free(w->zout);
-    free(w->data);
+    if (!w->grow)
+        free(w->data);
     free(w->path);
     free(w->tmp_path);
     free(w);
@@ -449,7 +462,7 @@ rperf_writer_memory_data(const rperf_writer_t *w, size_t *len)
 unsigned char *
 rperf_writer_memory_take(rperf_writer_t *w, size_t *len)
 {
-    if (w->kind != W_MEMORY) {
+    if (w->kind != W_MEMORY || w->grow) {
         *len = 0;
         return NULL;
     }

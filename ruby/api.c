@@ -3,8 +3,9 @@
  * the TypedData object whose mark function pins every frame the engine
  * holds. Option validation happens in Ruby before these are called.
  *
- * Context: GVL held (Ruby method calls), except profiler_mark, which runs
- * inside GC (GVL held, no allocation, lock-free).
+ * Context: GVL held (Ruby method calls; _c_set_label, _c_get_label and
+ * _c_running? from any Ractor), except profiler_mark, which runs inside GC
+ * (GVL held, no allocation, lock-free).
  */
 #include "rperf_ruby.h"
 
@@ -17,6 +18,7 @@ static void profiler_mark(void *p)
 {
     (void)p;
     rperf_engine_mark(mark_one);
+    rperf_rb_labels_mark();
 }
 
 /* Not RUBY_TYPED_WB_PROTECTED: the object is re-scanned at the end of every
@@ -50,6 +52,7 @@ static VALUE c_start(VALUE self, VALUE freq, VALUE mode, VALUE aggregate, VALUE 
     cfg.signo = NUM2INT(signo);
     cfg.ring_slots = NUM2UINT(ring_slots);
     cfg.backend = rperf_backend_find(StringValueCStr(backend));
+    cfg.bootstrap = rperf_rb_other_ractors_p();
     if (!cfg.backend) rb_raise(rb_eArgError, "unknown backend");
     char err[256] = "rperf: failed to start";
     rperf_thread_t *caller = NULL;
@@ -59,21 +62,25 @@ static VALUE c_start(VALUE self, VALUE freq, VALUE mode, VALUE aggregate, VALUE 
     if (rperf_engine_start(&cfg, (uintptr_t)th, &caller, err, sizeof(err)) < 0)
         rb_raise(rb_eRuntimeError, "%s", err);
     rb_internal_thread_specific_set(th, rperf_rb_key, caller);
+    rperf_rb_labels_reset();
     rperf_rb_hooks_install();
+    rperf_rb_ractor_run_start();
+    /* start is called from the main Ractor (lib/rperf.rb checks it) */
+    rperf_thread_set_ractor(caller, 1);
+    char name[RPERF_THREAD_NAME_MAX];
+    size_t len = rperf_rb_thread_name(name, sizeof(name));
+    rperf_thread_set_name(caller, name, len);
     return Qnil;
 }
 
-static VALUE release_run(VALUE unused)
+/* Free a stopped run's engine data. Rperf.stop calls it once the result
+ * Hash is built and the output written (C exporters may encode straight
+ * from the engine data in between); the next start releases it too. */
+static VALUE c_release(VALUE self)
 {
-    (void)unused;
-    rperf_engine_release();
+    (void)self;
+    if (!rperf_engine_running()) rperf_engine_release();
     return Qnil;
-}
-
-static VALUE build_stop_result(VALUE unused)
-{
-    (void)unused;
-    return rperf_rb_build_result(!rperf_engine_config()->aggregate);
 }
 
 static VALUE c_stop(VALUE self)
@@ -83,7 +90,7 @@ static VALUE c_stop(VALUE self)
     if (!rperf_engine_running()) return Qnil;
     rperf_engine_stop();
     rperf_rb_hooks_remove();
-    return rb_ensure(build_stop_result, Qnil, release_run, Qnil);
+    return rperf_rb_build_result(!rperf_engine_config()->aggregate);
 }
 
 static VALUE resume_clear(VALUE clear)
@@ -157,6 +164,7 @@ void rperf_rb_api_init(VALUE m)
     rb_gc_register_mark_object(profiler_obj);
     rb_define_module_function(m, "_c_start", c_start, 6);
     rb_define_module_function(m, "_c_stop", c_stop, 0);
+    rb_define_module_function(m, "_c_release", c_release, 0);
     rb_define_module_function(m, "_c_snapshot", c_snapshot, 1);
     rb_define_module_function(m, "_c_set_label", c_set_label, 1);
     rb_define_module_function(m, "_c_get_label", c_get_label, 0);

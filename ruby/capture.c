@@ -8,7 +8,8 @@
  * thread that was signalled (the job bitset is VM-global: it samples the
  * thread it runs on and leaves other threads' time pending); capture() runs
  * in own context (job, thread hooks on the thread itself, GC hooks) and
- * allocates nothing.
+ * allocates nothing. trigger_register runs in a signal handler (a TLS read
+ * and the trigger).
  */
 #include "rperf_ruby.h"
 
@@ -26,6 +27,14 @@ static void trigger(void)
     rb_postponed_job_trigger(job_handle);
 }
 
+/* signal: a bootstrap signal reached a native thread the engine does not
+ * know. Trigger the job only if it runs Ruby code: from a non-Ruby thread
+ * the trigger would go to the main Ractor for nothing. */
+static void trigger_register(void)
+{
+    if (ruby_native_thread_p()) rb_postponed_job_trigger(job_handle);
+}
+
 static void detach(uintptr_t handle)
 {
     rb_internal_thread_specific_set((VALUE)handle, rperf_rb_key, NULL);
@@ -34,6 +43,7 @@ static void detach(uintptr_t handle)
 const rperf_host_t rperf_rb_host = {
     .capture = capture,
     .trigger = trigger,
+    .trigger_register = trigger_register,
     .detach = detach,
 };
 
@@ -54,12 +64,30 @@ rperf_thread_t *rperf_rb_current_thread(bool create)
     return pt;
 }
 
+/* The job: runs on whichever thread flushes the VM-global job bitset, inside
+ * its own Ractor. Ruby calls (Ractor id, GC hook registration, thread name)
+ * happen outside enter/leave: they may allocate and so join a GC barrier,
+ * which must never wait for a thread spinning in rperf_engine_stop. */
 static void sample_job(void *data)
 {
     (void)data;
+    if (!rperf_engine_running()) return;
+    uint32_t ractor = rperf_rb_ractor_prepare();
     if (!rperf_engine_enter()) return;
+    bool want_name = false;
     rperf_thread_t *pt = rperf_rb_current_thread(true);
-    if (pt) rperf_sample_job(pt);
+    if (pt) {
+        if (rperf_thread_ractor(pt) != ractor) rperf_thread_set_ractor(pt, ractor);
+        want_name = rperf_thread_wants_name(pt);
+        rperf_sample_job(pt);
+    }
+    rperf_engine_leave();
+    if (!want_name) return;
+    char name[RPERF_THREAD_NAME_MAX];
+    size_t len = rperf_rb_thread_name(name, sizeof(name));
+    if (!rperf_engine_enter()) return;
+    pt = rperf_rb_current_thread(false);
+    if (pt) rperf_thread_set_name(pt, name, len);
     rperf_engine_leave();
 }
 

@@ -1,10 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * export.c — the Ruby binding of exporters/: converts a result Hash
- * (behaviour doc §4 shape, plus :threads) into an rperf_profile_view_t and
- * runs a C exporter on it. Defines, on module Rperf:
+ * export.c — the Ruby binding of exporters/: builds an rperf_profile_view_t,
+ * either from a result Hash (behaviour doc §4 shape, plus :threads) or —
+ * its samples and frames through ruby/export_engine.c — straight from the
+ * engine's results between stop and release, and runs a C exporter on it.
+ * Owns the conversion (conv_t, export_internal.h) and its frame store.
+ * Defines, on module Rperf:
  *   Rperf._encode(name, data, opts)             -> String
  *   Rperf._encode_file(name, data, path, opts)  -> path (atomic write; gzip per exporter)
+ *   Rperf._c_export_engine(name, path, data)    -> path (as _encode_file, from engine data)
  *   Rperf._c_exporters                          -> [[name, suffix, description, gzip], …]
  *   Rperf.gzip(string)                          -> gzip-compressed binary String
  * (the public Rperf::PProf/Collapsed/JSON/Text.encode, Rperf.save … are in
@@ -14,18 +18,27 @@
  * with the GVL released: by then the view points only at memory owned here.
  *
  * DESIGN — conversion without leaks or dangling pointers
- * - All memory lives in one conv_t, released by rb_ensure() whatever the
- *   body raises (TypeError on a malformed tuple, an exception from a label's
- *   #to_s, NoMemoryError…).
+ * - All memory lives in one conv_t (export_internal.h, shared with
+ *   export_engine.c), released by rb_ensure() whatever the body raises
+ *   (TypeError on a malformed tuple, an exception from a label's #to_s,
+ *   NoMemoryError…).
  * - Phase 1 may run Ruby code (#to_s on label keys/values, Hash lookups):
  *   metadata, label sets, threads. Every string is COPIED into the arena.
- * - Phase 2 walks :aggregated_samples calling no Ruby method and allocating
- *   no Ruby object (only type checks, which raise on bad input), so no GC —
- *   hence no compaction — can run while it uses VALUE identities and
- *   RSTRING_PTRs. Frames are deduplicated by (path, label): first by the
- *   identity of the pair Array (cheap: engine results share pairs), then by
- *   content (the frame store keeps a copy of the bytes).
- * - Phase 3 encodes with the GVL released, then builds the result String.
+ * - Phase 2, from a Hash, walks :aggregated_samples calling no Ruby method
+ *   and allocating no Ruby object (only type checks, which raise on bad
+ *   input), so no GC — hence no compaction — can run while it uses VALUE
+ *   identities and RSTRING_PTRs. Frames are deduplicated by (path, label):
+ *   first by the identity of the pair Array (cheap: engine results share
+ *   pairs), then by content (the frame store keeps a copy of the bytes).
+ * - Phase 2, from the engine (Rperf.stop, before Rperf._c_release), is
+ *   export_engine.c's: it runs BEFORE phase 1 and calls no Ruby method (see
+ *   its DESIGN), and dedups frames through the same frame store
+ *   (rperf_rb_export_frame), so both paths give the same view.
+ * - Phase 3 encodes with the GVL released. To memory, the writer grows the
+ *   result String itself (rperf_writer_buffer_open; each growth briefly
+ *   takes the GVL), so a 100 MB output is never copied; text output is
+ *   checked for UTF-8 without the GVL and the String gets its coderange
+ *   set, so Ruby does not scan it again.
  * See also exporters/rperf_exporter.h, docs/exporters.md.
  */
 #include <errno.h>
@@ -39,6 +52,7 @@
 
 #include "rperf_exporter.h"
 #include "exporter_internal.h"
+#include "export_internal.h"
 
 void rperf_rb_exporters_init(VALUE mRperf);
 
@@ -52,46 +66,15 @@ typedef struct chunk {
 
 /* ---- identity map (path VALUE, label VALUE) -> frame index ------------------- */
 
-typedef struct {
+typedef struct ident_slot {
     VALUE pair;     /* the [path, label(, line)] Array object */
     uint32_t idx;   /* frame index + 1; 0 = empty */
 } ident_slot_t;
 
-typedef struct {
+typedef struct frame_meta {
     int32_t line;
     uint32_t path_len;
 } frame_meta_t;
-
-typedef struct conv {
-    chunk_t *chunks;
-    /* frames: key bytes in `fstore` = [u32 path_len][path][label] */
-    rperf__strmap_t fstore;
-    frame_meta_t *fmeta;
-    size_t fmeta_cap;
-    rperf_view_frame_t *frames;
-    ident_slot_t *ident;
-    size_t ident_cap, ident_count;
-    rperf__buf_t key;
-    /* samples */
-    rperf_view_sample_t *samples;
-    size_t nsamples;
-    uint32_t *stacks;
-    /* labels, threads */
-    rperf_view_label_set_t *sets;
-    size_t nsets;
-    rperf_view_thread_t *threads;
-    size_t nthreads;
-    rperf_profile_view_t view;
-    rperf_export_options_t opts;
-    /* what to run */
-    const rperf_exporter_ops_t *ops;
-    int gzip;
-    const char *path;       /* arena copy; NULL = to memory */
-    unsigned char *out;
-    size_t outlen;
-    int rc;
-    char err[512];
-} conv_t;
 
 static ID id_to_s;
 static VALUE sym_mode, sym_frequency, sym_start_time_ns, sym_duration_ns, sym_sampling_count,
@@ -114,9 +97,10 @@ conv_free(conv_t *c)
     free(c->ident);
     free(c->samples);
     free(c->stacks);
+    free(c->remap);
+    free(c->seen);
     free(c->sets);
     free(c->threads);
-    free(c->out);
     memset(c, 0, sizeof *c);
 }
 
@@ -255,17 +239,24 @@ label_i(VALUE key, VALUE val, VALUE arg)
     return ST_CONTINUE;
 }
 
+/* data[key]: nil, or an Array (of Hashes, checked by the caller). */
+static VALUE
+opt_array(VALUE data, VALUE key, const char *what)
+{
+    VALUE a = rb_hash_lookup2(data, key, Qnil);
+    if (!NIL_P(a) && !RB_TYPE_P(a, T_ARRAY))
+        rb_raise(rb_eTypeError, "rperf: %s must be an Array of Hash", what);
+    return a;
+}
+
 static void
 convert_label_sets(conv_t *c, VALUE data)
 {
-    VALUE sets = rb_hash_lookup2(data, sym_label_sets, Qnil);
+    VALUE sets = opt_array(data, sym_label_sets, ":label_sets");
     if (NIL_P(sets))
         return;
-    if (!RB_TYPE_P(sets, T_ARRAY))
-        rb_raise(rb_eTypeError, "rperf: :label_sets must be an Array of Hash");
     long n = RARRAY_LEN(sets);
-    c->sets = xalloc((size_t)(n > 0 ? n : 1) * sizeof *c->sets);
-    memset(c->sets, 0, (size_t)(n > 0 ? n : 1) * sizeof *c->sets);
+    c->sets = rperf_rb_export_calloc(n, sizeof *c->sets);
     c->nsets = (size_t)n;
     for (long i = 0; i < n && i < RARRAY_LEN(sets); i++) {
         VALUE h = RARRAY_AREF(sets, i);
@@ -288,13 +279,11 @@ convert_label_sets(conv_t *c, VALUE data)
 static void
 convert_threads(conv_t *c, VALUE data)
 {
-    VALUE threads = rb_hash_lookup2(data, sym_threads, Qnil);
+    VALUE threads = opt_array(data, sym_threads, ":threads");
     if (NIL_P(threads))
         return;
-    if (!RB_TYPE_P(threads, T_ARRAY))
-        rb_raise(rb_eTypeError, "rperf: :threads must be an Array of Hash");
     long n = RARRAY_LEN(threads);
-    c->threads = xalloc((size_t)(n > 0 ? n : 1) * sizeof *c->threads);
+    c->threads = rperf_rb_export_calloc(n, sizeof *c->threads);
     c->nthreads = 0;
     for (long i = 0; i < n && i < RARRAY_LEN(threads); i++) {
         VALUE h = RARRAY_AREF(threads, i);
@@ -302,7 +291,6 @@ convert_threads(conv_t *c, VALUE data)
             rb_raise(rb_eTypeError, "rperf: :threads[%ld] must be a Hash", i);
         int present;
         rperf_view_thread_t *t = &c->threads[c->nthreads];
-        memset(t, 0, sizeof *t);
         int64_t seq = opt_int(h, sym_thread_seq, ":thread_seq", &present);
         int64_t rid = opt_int(h, sym_ractor_id, ":ractor_id", &present);
         if (seq < 0 || seq > UINT32_MAX || rid < 0 || rid > UINT32_MAX)
@@ -336,7 +324,64 @@ convert_opts(conv_t *c, VALUE opts)
         c->opts.header = RTEST(header);
 }
 
-/* ---- phase 2: no Ruby calls, no Ruby allocation ----------------------------------- */
+/* Everything phase 1 takes from `data` (and the constants). */
+static void
+convert_phase1(conv_t *c, VALUE data, VALUE opts)
+{
+    convert_opts(c, opts);
+    convert_meta(c, data);
+    convert_label_sets(c, data);
+    convert_threads(c, data);
+    VALUE desc = rb_const_get(rb_cObject, rb_intern("RUBY_DESCRIPTION"));
+    if (RB_TYPE_P(desc, T_STRING))
+        c->view.ruby_description = arena_str(c, desc);
+    VALUE mRperf = rb_const_get(rb_cObject, rb_intern("Rperf"));
+    VALUE ver = rb_const_defined(mRperf, rb_intern("VERSION"))
+                    ? rb_const_get(mRperf, rb_intern("VERSION")) : Qnil;
+    if (RB_TYPE_P(ver, T_STRING))
+        c->view.rperf_version = arena_str(c, ver);
+    else
+        c->view.rperf_version = (rperf_str_t){"unknown", 7};
+}
+
+/* ---- frames by content (both paths; no Ruby calls) ------------------------------ */
+
+/* The frame index of (path, label), first-seen order; the first known line
+ * wins (export_internal.h). Used by export_engine.c too. */
+uint32_t
+rperf_rb_export_frame(conv_t *c, const char *path, size_t plen, const char *label, size_t llen,
+                      int32_t line)
+{
+    if (plen > UINT32_MAX)
+        rb_raise(rb_eArgError, "rperf: frame path too long");
+    /* Content: [u32 path_len][path][label]. */
+    uint32_t plen32 = (uint32_t)plen;
+    c->key.len = 0;
+    if (rperf__buf_append(&c->key, &plen32, sizeof plen32) ||
+        rperf__buf_append(&c->key, path, plen) || rperf__buf_append(&c->key, label, llen))
+        rb_memerror();
+    uint32_t id;
+    int is_new;
+    if (rperf__strmap_intern(&c->fstore, (const char *)c->key.data, c->key.len, &id, &is_new))
+        rb_memerror();
+    if (is_new) {
+        if (id >= c->fmeta_cap) {
+            size_t nc = c->fmeta_cap ? c->fmeta_cap * 2 : 1024;
+            frame_meta_t *m = realloc(c->fmeta, nc * sizeof *m);
+            if (!m)
+                rb_memerror();
+            c->fmeta = m;
+            c->fmeta_cap = nc;
+        }
+        c->fmeta[id].line = line;
+        c->fmeta[id].path_len = plen32;
+    } else if (c->fmeta[id].line == 0) {
+        c->fmeta[id].line = line;
+    }
+    return id;
+}
+
+/* ---- phase 2 from a Hash: no Ruby calls, no Ruby allocation ------------------------ */
 
 static inline size_t
 ident_hash(VALUE v)
@@ -387,36 +432,10 @@ frame_index(conv_t *c, VALUE pair, long si, long fi)
         rb_raise(rb_eTypeError, "rperf: sample %ld frame %ld: path and label must be Strings",
                  si, fi);
     int32_t line = 0;
-    if (RARRAY_LEN(pair) >= 3 && RB_FIXNUM_P(RARRAY_AREF(pair, 2))) {
-        long l = FIX2LONG(RARRAY_AREF(pair, 2));
-        line = l > 0 && l <= INT32_MAX ? (int32_t)l : 0;
-    }
-    /* Content: [u32 path_len][path][label]. */
-    uint32_t plen = (uint32_t)RSTRING_LEN(path);
-    size_t llen = (size_t)RSTRING_LEN(label);
-    c->key.len = 0;
-    if (rperf__buf_append(&c->key, &plen, sizeof plen) ||
-        rperf__buf_append(&c->key, RSTRING_PTR(path), plen) ||
-        rperf__buf_append(&c->key, RSTRING_PTR(label), llen))
-        rb_memerror();
-    uint32_t id;
-    int is_new;
-    if (rperf__strmap_intern(&c->fstore, (const char *)c->key.data, c->key.len, &id, &is_new))
-        rb_memerror();
-    if (is_new) {
-        if (id >= c->fmeta_cap) {
-            size_t nc = c->fmeta_cap ? c->fmeta_cap * 2 : 1024;
-            frame_meta_t *m = realloc(c->fmeta, nc * sizeof *m);
-            if (!m)
-                rb_memerror();
-            c->fmeta = m;
-            c->fmeta_cap = nc;
-        }
-        c->fmeta[id].line = line;
-        c->fmeta[id].path_len = plen;
-    } else if (c->fmeta[id].line == 0) {
-        c->fmeta[id].line = line;
-    }
+    if (RARRAY_LEN(pair) >= 3 && RB_FIXNUM_P(RARRAY_AREF(pair, 2)))
+        line = rperf_rb_export_line(FIX2LONG(RARRAY_AREF(pair, 2)));
+    uint32_t id = rperf_rb_export_frame(c, RSTRING_PTR(path), (size_t)RSTRING_LEN(path),
+                                   RSTRING_PTR(label), (size_t)RSTRING_LEN(label), line);
     c->ident[h].pair = pair;
     c->ident[h].idx = id + 1;
     c->ident_count++;
@@ -440,8 +459,6 @@ static void
 convert_samples(conv_t *c, VALUE data)
 {
     VALUE samples = rb_hash_lookup2(data, sym_aggregated_samples, Qnil);
-    if (rperf__strmap_init(&c->fstore, 1024))
-        rb_memerror();
     if (NIL_P(samples))
         return;
     if (!RB_TYPE_P(samples, T_ARRAY))
@@ -497,7 +514,7 @@ static void
 build_frames(conv_t *c)
 {
     size_t nf = c->fstore.count;
-    c->frames = xalloc((nf ? nf : 1) * sizeof *c->frames);
+    c->frames = rperf_rb_export_calloc((long)nf, sizeof *c->frames);
     for (uint32_t i = 0; i < nf; i++) {
         size_t klen;
         const char *k = rperf__strmap_get(&c->fstore, i, &klen);
@@ -521,16 +538,67 @@ build_frames(conv_t *c)
 
 /* ---- phase 3 -------------------------------------------------------------------- */
 
+typedef struct {
+    conv_t *c;
+    size_t cap;
+    void *ptr;
+} grow_t;
+
+static VALUE
+grow_body(VALUE arg)
+{
+    grow_t *g = (grow_t *)arg;
+    /* len == capacity while writing: rb_str_resize keeps every byte so far. */
+    rb_str_resize(g->c->str, (long)g->cap);
+    g->ptr = RSTRING_PTR(g->c->str);
+    return Qnil;
+}
+
+static void *
+grow_with_gvl(void *arg)
+{
+    int state = 0;
+    rb_protect(grow_body, (VALUE)arg, &state);
+    if (state) {
+        /* NoMemoryError: the writer fails with -ENOMEM, raised again later. */
+        rb_set_errinfo(Qnil);
+        ((grow_t *)arg)->ptr = NULL;
+    }
+    return NULL;
+}
+
+/* rperf_writer_grow_fn: the memory writer writes straight into c->str. */
+static void *
+grow_string(void *ctx, void *buf, size_t len, size_t cap)
+{
+    (void)buf;
+    (void)len;
+    grow_t g = {ctx, cap, NULL};
+    if (cap > LONG_MAX)
+        return NULL;
+    rb_thread_call_with_gvl(grow_with_gvl, &g);
+    return g.ptr;
+}
+
 static void *
 run_export_nogvl(void *arg)
 {
     conv_t *c = arg;
-    if (c->path)
+    if (c->path) {
         c->rc = rperf_export_to_file(c->ops, &c->view, &c->opts, c->gzip, c->path, c->err,
                                      sizeof c->err);
-    else
-        c->rc = rperf_export_to_memory(c->ops, &c->view, &c->opts, c->gzip, &c->out, &c->outlen,
-                                       c->err, sizeof c->err);
+        return NULL;
+    }
+    rperf_writer_t *w;
+    if ((c->rc = rperf_writer_buffer_open(&w, grow_string, c)))
+        return NULL;
+    c->rc = rperf_export_to_writer(c->ops, &c->view, &c->opts, c->gzip, w, c->err, sizeof c->err);
+    size_t len;
+    const unsigned char *d = rperf_writer_memory_data(w, &len);
+    if (c->rc == 0 && (c->ops->flags & RPERF_EXPORTER_F_TEXT))
+        c->utf8 = rperf__utf8_class((const char *)d, len);
+    c->outlen = len;
+    rperf_writer_free(w); /* the bytes stay in c->str */
     return NULL;
 }
 
@@ -545,9 +613,36 @@ raise_export_error(conv_t *c)
     rb_syserr_fail_str(e, rb_sprintf("rperf: %s exporter: %s", c->ops->name, c->err));
 }
 
+/* Encode without the GVL; returns the path, or the String for memory. */
+static VALUE
+run_phase3(conv_t *c, VALUE path)
+{
+    if (!c->path)
+        c->str = rb_str_new(NULL, 0);
+    rb_thread_call_without_gvl(run_export_nogvl, c, NULL, NULL);
+    if (c->rc)
+        raise_export_error(c);
+    if (c->path)
+        return path;
+    VALUE str = c->str;
+    rb_str_resize(str, (long)c->outlen);
+    if (c->ops->flags & RPERF_EXPORTER_F_TEXT) {
+        /* Checked without the GVL: Ruby need not scan 100 MB again. A plugin
+         * that broke its promise gets a binary String, not a broken UTF-8 one. */
+        if (c->utf8 == RPERF__UTF8_BROKEN)
+            rb_enc_associate(str, rb_ascii8bit_encoding());
+        else
+            RB_ENCODING_CODERANGE_SET(str, rb_utf8_encindex(),
+                                      c->utf8 == RPERF__UTF8_ASCII ? RUBY_ENC_CODERANGE_7BIT
+                                                                   : RUBY_ENC_CODERANGE_VALID);
+    }
+    return str;
+}
+
 typedef struct {
     conv_t *c;
     VALUE name, data, path, opts;
+    int from_engine;
 } call_t;
 
 static const rperf_exporter_ops_t *
@@ -567,6 +662,17 @@ export_body(VALUE arg)
 {
     call_t *a = (call_t *)arg;
     conv_t *c = a->c;
+    if (rperf__strmap_init(&c->fstore, 1024, 0))
+        rb_memerror();
+    if (a->from_engine) {
+        /* Checked types only until the engine's data is copied (DESIGN). */
+        if (!RB_TYPE_P(a->path, T_STRING) || !RB_TYPE_P(a->data, T_HASH))
+            rb_raise(rb_eTypeError, "rperf: _c_export_engine(name, path String, data Hash)");
+        if (!rperf_rb_export_engine_matches(a->data))
+            a->from_engine = 0;
+        else
+            rperf_rb_export_engine_samples(c);
+    }
     c->ops = find_ops(a->name);
     Check_Type(a->data, T_HASH);
     if (!NIL_P(a->path)) {
@@ -576,39 +682,13 @@ export_body(VALUE arg)
     } else {
         c->gzip = 0;
     }
-    /* phase 1 */
-    convert_opts(c, a->opts);
-    convert_meta(c, a->data);
-    convert_label_sets(c, a->data);
-    convert_threads(c, a->data);
-    VALUE desc = rb_const_get(rb_cObject, rb_intern("RUBY_DESCRIPTION"));
-    if (RB_TYPE_P(desc, T_STRING))
-        c->view.ruby_description = arena_str(c, desc);
-    VALUE mRperf = rb_const_get(rb_cObject, rb_intern("Rperf"));
-    VALUE ver = rb_const_defined(mRperf, rb_intern("VERSION"))
-                    ? rb_const_get(mRperf, rb_intern("VERSION")) : Qnil;
-    if (RB_TYPE_P(ver, T_STRING))
-        c->view.rperf_version = arena_str(c, ver);
+    convert_phase1(c, a->data, a->opts);
+    if (a->from_engine)
+        rperf_rb_export_engine_check_label_sets(c);
     else
-        c->view.rperf_version = (rperf_str_t){"unknown", 7};
-    /* phase 2 */
-    convert_samples(c, a->data);
+        convert_samples(c, a->data);
     build_frames(c);
-    /* phase 3 */
-    rb_thread_call_without_gvl(run_export_nogvl, c, NULL, NULL);
-    if (c->rc)
-        raise_export_error(c);
-    if (c->path)
-        return a->path;
-    VALUE str = rb_str_new((const char *)c->out, (long)c->outlen);
-    if (c->ops->flags & RPERF_EXPORTER_F_TEXT) {
-        rb_enc_associate(str, rb_utf8_encoding());
-        /* A plugin that broke its promise gets a binary String, not a
-         * broken UTF-8 one. */
-        if (rb_enc_str_coderange(str) == ENC_CODERANGE_BROKEN)
-            rb_enc_associate(str, rb_ascii8bit_encoding());
-    }
-    return str;
+    return run_phase3(c, a->path);
 }
 
 static VALUE
@@ -619,12 +699,15 @@ export_ensure(VALUE arg)
 }
 
 static VALUE
-run_export(VALUE name, VALUE data, VALUE path, VALUE opts)
+run_export(VALUE name, VALUE data, VALUE path, VALUE opts, int from_engine)
 {
     conv_t c;
     memset(&c, 0, sizeof c);
-    call_t a = {&c, name, data, path, opts};
-    return rb_ensure(export_body, (VALUE)&a, export_ensure, (VALUE)&a);
+    c.str = Qnil;
+    call_t a = {&c, name, data, path, opts, from_engine};
+    VALUE r = rb_ensure(export_body, (VALUE)&a, export_ensure, (VALUE)&a);
+    RB_GC_GUARD(c.str);
+    return r;
 }
 
 /* Rperf._encode(name, data, opts = nil) -> String. Uncompressed. */
@@ -633,7 +716,7 @@ rb_rperf_encode(int argc, VALUE *argv, VALUE self)
 {
     (void)self;
     rb_check_arity(argc, 2, 3);
-    return run_export(argv[0], argv[1], Qnil, argc > 2 ? argv[2] : Qnil);
+    return run_export(argv[0], argv[1], Qnil, argc > 2 ? argv[2] : Qnil, 0);
 }
 
 /* Rperf._encode_file(name, data, path, opts = nil) -> path. Atomic; gzip for
@@ -643,7 +726,18 @@ rb_rperf_encode_file(int argc, VALUE *argv, VALUE self)
 {
     (void)self;
     rb_check_arity(argc, 3, 4);
-    return run_export(argv[0], argv[1], argv[2], argc > 3 ? argv[3] : Qnil);
+    return run_export(argv[0], argv[1], argv[2], argc > 3 ? argv[3] : Qnil, 0);
+}
+
+/* Rperf._c_export_engine(name, path, data) -> path. Rperf.stop's output:
+ * like _encode_file, but the view is built from the engine's results when
+ * they are still held and are `data`'s (aggregated mode); otherwise from
+ * `data`. */
+static VALUE
+rb_rperf_c_export_engine(VALUE self, VALUE name, VALUE path, VALUE data)
+{
+    (void)self;
+    return run_export(name, data, path, Qnil, 1);
 }
 
 /* Rperf._c_exporters -> [[name, suffix, description, gzip?], …] */
@@ -736,6 +830,7 @@ rperf_rb_exporters_init(VALUE mRperf)
 #undef SYM
     rb_define_module_function(mRperf, "_encode", rb_rperf_encode, -1);
     rb_define_module_function(mRperf, "_encode_file", rb_rperf_encode_file, -1);
+    rb_define_module_function(mRperf, "_c_export_engine", rb_rperf_c_export_engine, 3);
     rb_define_module_function(mRperf, "_c_exporters", rb_rperf_c_exporters, 0);
     rb_define_module_function(mRperf, "gzip", rb_rperf_gzip, 1);
 }

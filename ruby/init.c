@@ -17,6 +17,8 @@ RUBY_FUNC_EXPORTED void Init_rperf(void)
         rb_raise(rb_eLoadError, "rperf: no free postponed-job slot");
     if (rperf_engine_init(&rperf_rb_host) < 0)
         rb_raise(rb_eLoadError, "rperf: engine initialisation failed");
+    rperf_rb_ractor_init();
+    rperf_rb_labels_init(rperf_rb_mRperf);
     rperf_rb_api_init(rperf_rb_mRperf);
     rperf_rb_exporters_init(rperf_rb_mRperf);
 }

@@ -1,21 +1,14 @@
 /*
  * result.c — turns the engine's results into the Ruby result Hash of
  * Rperf.stop / Rperf.snapshot (Symbol keys, leaf-first [path, label] frames,
- * [frames, weight, thread_seq, label_set_id] tuples).
+ * [frames, weight, thread_seq, label_set_id] tuples, label_sets from the C
+ * label table, and the per-thread table :threads).
  *
  * Context: GVL held, with the worker parked (snapshot) or joined (stop).
  * Allocates Ruby objects, so GC may run meanwhile; the engine's mark
  * function keeps every frame value pinned until rperf_engine_release().
  */
 #include "rperf_ruby.h"
-
-static const char *const synthetic[RPERF_SYNTHETIC_FRAMES][2] = {
-    { "<GVL>", "[GVL blocked]" },
-    { "<GVL>", "[GVL wait]" },
-    { "<GC>", "[GC marking]" },
-    { "<GC>", "[GC sweeping]" },
-    { "<unknown>", "[unknown frame]" },
-};
 
 typedef struct build_ctx {
     VALUE pairs;      /* frame id -> frozen [path, label] */
@@ -29,8 +22,10 @@ static VALUE frame_pair(build_ctx_t *c, uint32_t id)
     if (!NIL_P(p)) return p;
     VALUE path, label;
     if (id < RPERF_SYNTHETIC_FRAMES) {
-        path = rb_str_new_cstr(synthetic[id][0]);
-        label = rb_str_new_cstr(synthetic[id][1]);
+        const char *sp, *sl;
+        rperf_synthetic_frame(id, &sp, &sl);
+        path = rb_str_new_cstr(sp);
+        label = rb_str_new_cstr(sl);
     } else {
         VALUE fv = (VALUE)rperf_result_frame(id);
         path = fv ? rb_profile_frame_path(fv) : Qnil;
@@ -59,6 +54,17 @@ static int add_sample(const rperf_result_sample_t *s, void *arg)
 }
 
 static void set(VALUE h, const char *key, VALUE v) { rb_hash_aset(h, ID2SYM(rb_intern(key)), v); }
+
+static int add_thread(const rperf_result_thread_t *t, void *arg)
+{
+    VALUE th = rb_hash_new();
+    set(th, "thread_seq", UINT2NUM(t->thread_seq));
+    set(th, "ractor_id", UINT2NUM(t->ractor_id));
+    set(th, "name", t->name[0] ? rb_utf8_str_new_cstr(t->name) : Qnil);
+    set(th, "native_tid", t->native_tid > 0 ? INT2NUM(t->native_tid) : Qnil);
+    rb_ary_push((VALUE)arg, th);
+    return 0;
+}
 
 VALUE rperf_rb_build_result(bool raw)
 {
@@ -91,11 +97,15 @@ VALUE rperf_rb_build_result(bool raw)
         rperf_result_each_aggregated(add_sample, &c);
         set(h, "aggregated_samples", c.samples);
     }
+    if (rperf_rb_label_set_count() > 1) set(h, "label_sets", rperf_rb_label_sets());
     set(h, "backend", ID2SYM(rb_intern(cfg->backend->name)));
     set(h, "dropped_samples", ULL2NUM(st.dropped_samples));
     set(h, "timer_overruns", ULL2NUM(st.timer_overruns));
     set(h, "profiler_memory_bytes", SIZET2NUM(rperf_engine_memory_bytes()));
     set(h, "allocator", rb_str_new_cstr(rperf_engine_allocator()));
+    VALUE threads = rb_ary_new();
+    rperf_result_each_thread(add_thread, (void *)threads);
+    set(h, "threads", threads);
     RB_GC_GUARD(c.pairs);
     return h;
 }

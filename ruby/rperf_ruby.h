@@ -8,6 +8,7 @@
 #include <ruby/ruby.h>
 #include <ruby/debug.h>
 #include <ruby/thread.h>
+#include <ruby/ractor.h>
 
 #include "rperf_backend.h"
 #include "rperf_core.h"
@@ -23,6 +24,23 @@ rperf_thread_t *rperf_rb_current_thread(bool create);
 /* hooks.c */
 void rperf_rb_hooks_install(void);
 void rperf_rb_hooks_remove(void);
+void rperf_rb_gc_hook_register_here(void);
+void rperf_rb_gc_hook_reregister(void);
+uint64_t rperf_rb_gc_starts(void);
+
+/* ractor.c */
+void rperf_rb_ractor_init(void);
+void rperf_rb_ractor_run_start(void);
+uint32_t rperf_rb_ractor_prepare(void);
+bool rperf_rb_other_ractors_p(void);
+size_t rperf_rb_thread_name(char *buf, size_t cap);
+
+/* labels.c */
+void rperf_rb_labels_init(VALUE mRperf);
+void rperf_rb_labels_reset(void);
+void rperf_rb_labels_mark(void);
+VALUE rperf_rb_label_sets(void);
+uint32_t rperf_rb_label_set_count(void);
 
 /* result.c */
 VALUE rperf_rb_build_result(bool raw);

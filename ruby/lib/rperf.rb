@@ -19,9 +19,6 @@ module Rperf
   MODES = { cpu: 0, wall: 1 }.freeze
   MAX_FREQUENCY = 10_000
 
-  @label_set_table = { {} => 0 }
-  @label_sets = [{}.freeze]
-  @label_mutex = Mutex.new
   @run = nil
 
   class << self
@@ -30,6 +27,7 @@ module Rperf
       _c_backends
     end
 
+    # Works in any Ractor.
     def running?
       _c_running?
     end
@@ -37,6 +35,7 @@ module Rperf
     def start(frequency: 1000, mode: :cpu, backend: nil, exporter: nil, format: nil,
               output: nil, aggregate: true, signal: nil, verbose: false, stat: false,
               ring_size: DEFAULT_RING_SLOTS, &block)
+      main_ractor!("start")
       raise RuntimeError, "Rperf is already running" if running?
 
       validate_frequency(frequency)
@@ -55,7 +54,6 @@ module Rperf
       output = output.to_path if output.respond_to?(:to_path)
       exporter_name = resolve_exporter(exporter, format, output)
 
-      reset_labels
       _c_start(frequency, MODES[mode], aggregate ? true : false, backend_name.to_s, signo, ring_size)
       @run = { output: output, exporter: exporter_name, aggregate: aggregate ? true : false,
                verbose: verbose || ENV["RPERF_VERBOSE"] == "1", stat: stat,
@@ -74,19 +72,26 @@ module Rperf
     end
 
     def stop
+      main_ractor!("stop")
       data = _c_stop
       return nil unless data
 
-      run = @run || {}
-      @run = nil
-      finish_result(data)
-      report_verbose(data) if run[:verbose]
-      report_stat(data, run) if run[:stat]
-      write_output(data, run) if run[:output]
+      begin
+        run = @run || {}
+        @run = nil
+        finish_result(data)
+        report_verbose(data) if run[:verbose]
+        report_stat(data, run) if run[:stat]
+        # C exporters may still read the engine's data here
+        write_output(data, run) if run[:output]
+      ensure
+        _c_release
+      end
       data
     end
 
     def snapshot(clear: false)
+      main_ractor!("snapshot")
       data = _c_snapshot(clear ? true : false)
       return nil unless data
 
@@ -95,13 +100,16 @@ module Rperf
     end
 
     # Merge labels into the current thread's label set (nil deletes a key).
-    # With a block, the previous set is restored afterwards.
+    # With a block, the previous set is restored afterwards. Works in any
+    # Ractor: label sets are interned in C as frozen shareable Hashes (a
+    # value that is not shareable is stored as a frozen String copy).
     def label(**labels, &block)
       current_id = _c_get_label
-      current = @label_mutex.synchronize { @label_sets[current_id] } || {}
-      merged = current.merge(labels).reject { |_, v| v.nil? }.freeze
-      new_id = intern_label_set(merged)
-      _c_set_label(new_id)
+      if running?
+        merged = _c_label_set(current_id).merge(labels).reject { |_, v| v.nil? }
+        merged.transform_values! { |v| Ractor.shareable?(v) ? v : v.to_s.dup.freeze }
+        _c_set_label(merged.empty? ? 0 : _c_label_intern(label_key(merged), Ractor.make_shareable(merged)))
+      end
       return nil unless block
 
       begin
@@ -111,9 +119,9 @@ module Rperf
       end
     end
 
+    # The current thread's labels (a frozen Hash; {} when none or not running).
     def labels
-      id = _c_get_label
-      @label_mutex.synchronize { @label_sets[id] } || {}
+      _c_label_set(_c_get_label)
     end
 
     private
@@ -182,25 +190,21 @@ module Rperf
       end
     end
 
-    def reset_labels
-      @label_mutex.synchronize do
-        @label_set_table = { {} => 0 }
-        @label_sets = [{}.freeze]
-      end
+    def main_ractor!(what)
+      return if Ractor.current == Ractor.main
+
+      raise RuntimeError, "Rperf.#{what} must be called from the main Ractor " \
+                          "(Rperf.label, Rperf.labels and Rperf.running? work in any Ractor)"
     end
 
-    def intern_label_set(hash)
-      @label_mutex.synchronize do
-        @label_set_table[hash] ||= begin
-          @label_sets << hash
-          @label_sets.size - 1
-        end
-      end
+    # Canonical identity of a label set: equal Hashes (in any order) give
+    # the same key.
+    def label_key(hash)
+      hash.map { |k, v| [k.to_s, v.class.name, v.is_a?(String) ? v : v.inspect] }
+          .sort.map { |parts| parts.join("\0") }.join("\1")
     end
 
     def finish_result(data)
-      sets = @label_mutex.synchronize { @label_sets.dup }
-      data[:label_sets] = sets if sets.size > 1
       if data.key?(:raw_samples)
         agg = {}
         data[:raw_samples].each do |frames, weight, thread_seq, label_set_id|

@@ -115,25 +115,43 @@ module InteropHelper
     { mode: :wall, frequency: 250, aggregated_samples: samples }
   end
 
+  # What real profiles run: two labelled threads (CPU, sleep, GC) and the
+  # main thread.
+  def real_workload
+    fib = ->(n) { n < 2 ? n : fib.(n - 1) + fib.(n - 2) }
+    threads = 2.times.map do |i|
+      Thread.new do
+        work = -> { fib.(18); sleep 0.005; GC.start }
+        Rperf.respond_to?(:label) ? Rperf.label(worker: "w#{i}") { 5.times { work.() } } : 5.times { work.() }
+      end
+    end
+    20.times { fib.(18) }
+    threads.each(&:join)
+  end
+
   # Real profiles from the engine, when it is available; nil otherwise.
   def real_profiles
     return nil unless Rperf.respond_to?(:start) && Rperf.respond_to?(:stop)
     %i[cpu wall].map do |mode|
       Rperf.start(mode: mode, frequency: 1000)
       begin
-        fib = ->(n) { n < 2 ? n : fib.(n - 1) + fib.(n - 2) }
-        threads = 2.times.map do |i|
-          Thread.new do
-            work = -> { fib.(18); sleep 0.005; GC.start }
-            Rperf.respond_to?(:label) ? Rperf.label(worker: "w#{i}") { 5.times { work.() } } : 5.times { work.() }
-          end
-        end
-        20.times { fib.(18) }
-        threads.each(&:join)
+        real_workload
       ensure
         data = Rperf.stop
       end
       [mode, data]
     end.to_h
+  end
+
+  # Real profiles written by Rperf.stop itself (start(output:)): a C
+  # exporter then encodes from the engine's data, not from the result Hash.
+  # Returns [path, …] (one per mode), or nil without the engine.
+  def real_outputs(dir, suffix, exporter)
+    return nil unless Rperf.respond_to?(:start) && Rperf.respond_to?(:stop)
+    %i[cpu wall].map do |mode|
+      path = File.join(dir, "stop-#{mode}#{suffix}")
+      Rperf.start(mode: mode, frequency: 1000, exporter: exporter, output: path) { real_workload }
+      path
+    end
   end
 end

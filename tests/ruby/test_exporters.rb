@@ -294,6 +294,23 @@ class TestExporters < Test::Unit::TestCase
     assert_equal([], files)
   end
 
+  # Without a stopped run's data in the engine, _c_export_engine encodes
+  # the Hash it is given, exactly as _encode_file does.
+  def test_c_export_engine_without_engine_data
+    %w[collapsed pprof json text threads].each do |name|
+      a = File.join(@dir, "engine.#{name}")
+      b = File.join(@dir, "hash.#{name}")
+      data = InteropHelper.rich_profile
+      assert_equal(a, Rperf._c_export_engine(name, a, data))
+      Rperf._encode_file(name, data, b)
+      assert_equal(File.binread(b), File.binread(a), name)
+    end
+    assert_raise(TypeError) { Rperf._c_export_engine("collapsed", 42, simple) }
+    assert_raise(TypeError) { Rperf._c_export_engine("collapsed", File.join(@dir, "x"), 42) }
+    assert_raise(ArgumentError) { Rperf._c_export_engine("nope", File.join(@dir, "x"), simple) }
+    assert_equal(10, files.size)
+  end
+
   def test_export_at_stop_bad_data
     require "stringio"
     err = capture_stderr { assert_equal(false, Rperf.__export_at_stop({ aggregated_samples: 1 }, File.join(@dir, "b.txt"), nil)) }

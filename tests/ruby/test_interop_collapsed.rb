@@ -77,5 +77,7 @@ class TestInteropCollapsed < Test::Unit::TestCase
     profiles = H.real_profiles
     omit("engine not available yet (Rperf.start/stop): real-profile interop not run") unless profiles
     profiles.each { |mode, data| assert_grammar(save("real-#{mode}.collapsed", data)) }
+    # written at stop, from the engine's data
+    H.real_outputs(@dir, ".collapsed", :collapsed).each { |path| assert_grammar(path) }
   end
 end

@@ -42,12 +42,14 @@ class TestInteropSpeedscope < Test::Unit::TestCase
     list
   end
 
+  # Every fixture saved from its Hash, plus real profiles written at stop
+  # (encoded from the engine's data).
   def write_all(suffix, exporter)
     profiles.map do |name, data|
       path = File.join(@dir, "#{name}#{suffix}")
       Rperf.save(path, data, exporter: exporter)
       path
-    end
+    end + (H.real_outputs(@dir, suffix, exporter) || [])
   end
 
   def test_schema_ajv

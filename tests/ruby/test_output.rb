@@ -1,7 +1,9 @@
 # frozen_string_literal: true
 # output:/verbose:/stat: at stop. Formats themselves are tested elsewhere
 # (test_exporters*); here only: a file is written at stop when the exporter
-# exists, never a fake file, never at snapshot, and the stderr reports appear.
+# exists, never a fake file, never at snapshot; a C exporter at stop encodes
+# from the engine's data, with the same result as from the returned Hash;
+# and the stderr reports appear.
 require "zlib"
 require_relative "helper"
 
@@ -74,6 +76,70 @@ class TestOutput < Test::Unit::TestCase
       assert_not_empty(lines)
       lines.each { |l| assert_match(/\A.+ \d+\z/, l) }
       assert(lines.any? { |l| l.include?("Object#rperf_work_a") })
+    end
+  end
+
+  # At stop a C exporter's view is built from the engine's data (before it is
+  # released), not from the result Hash: the bytes are the same as encoding
+  # the returned Hash, except that the engine also knows each method's first
+  # line (speedscope frames get a "line").
+  def test_output_from_engine_data_matches_the_result
+    Dir.mktmpdir do |dir|
+      col = File.join(dir, "a.collapsed")
+      data = Rperf.start(frequency: 1000, output: col) { rperf_work_a(0.03) }
+      assert_equal(Rperf::Collapsed.encode(data), File.read(col, encoding: "UTF-8"))
+      txt = File.join(dir, "a.txt")
+      data = Rperf.start(frequency: 1000, mode: :wall, output: txt) { rperf_work_a(0.02); sleep 0.005 }
+      assert_equal(Rperf::Text.encode(data), File.read(txt, encoding: "UTF-8"))
+
+      json = File.join(dir, "a.json")
+      data = Rperf.start(frequency: 1000, output: json) { rperf_outer(0.03) }
+      from_stop = JSON.parse(File.read(json))
+      from_hash = JSON.parse(Rperf::JSON.encode(data))
+      frames = from_stop["shared"]["frames"]
+      outer = frames.find { |f| f["name"] == "Object#rperf_outer" }
+      assert_not_nil(outer, frames.inspect)
+      assert_equal(File.foreach(File.expand_path("helper.rb", __dir__)).find_index { |l| l.start_with?("def rperf_outer") } + 1,
+                   outer["line"], "first line of rperf_outer")
+      frames.each { |f| f.delete("line") }
+      assert_equal(from_hash, from_stop)
+    end
+  end
+
+  # aggregate: false: the result's aggregated samples are built in Ruby, so
+  # the exporter encodes the Hash.
+  def test_output_in_raw_mode_encodes_the_result
+    Dir.mktmpdir do |dir|
+      col = File.join(dir, "raw.collapsed")
+      data = Rperf.start(frequency: 1000, aggregate: false, output: col) { rperf_work_a(0.02) }
+      assert_not_empty(data[:raw_samples])
+      assert_equal(Rperf::Collapsed.encode(data), File.read(col, encoding: "UTF-8"))
+      json = File.join(dir, "raw.json")
+      Rperf.start(frequency: 1000, aggregate: false, output: json) { rperf_work_a(0.02) }
+      assert(JSON.parse(File.read(json))["shared"]["frames"].none? { |f| f.key?("line") })
+    end
+  end
+
+  # The engine's data is used only for the result it belongs to: another
+  # Hash handed to Rperf._c_export_engine while a stop holds the engine's
+  # data (here from a Ruby exporter running at stop) is encoded as given.
+  def test_engine_data_is_used_only_for_its_own_result
+    Dir.mktmpdir do |dir|
+      other = { mode: :cpu, frequency: 10, aggregated_samples: [[[["o.rb", "Other#x"]], 7, 1, 0]] }
+      written = File.join(dir, "other.collapsed")
+      probe = Object.new
+      probe.define_singleton_method(:encode) do |_data|
+        Rperf._c_export_engine("collapsed", written, other)
+        "probe\n"
+      end
+      Rperf.register_exporter(:probe_engine, probe)
+      begin
+        Rperf.start(frequency: 1000, exporter: :probe_engine, output: File.join(dir, "p.out")) { rperf_work_a(0.02) }
+      ensure
+        Rperf.unregister_exporter(:probe_engine)
+      end
+      assert_equal("probe\n", File.read(File.join(dir, "p.out")))
+      assert_equal("Other#x 7\n", File.read(written))
     end
   end
 

@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 # Shape and content of the result hash returned by stop (reference §4 plus the
-# new keys backend, dropped_samples, profiler_memory_bytes, allocator).
+# new keys backend, dropped_samples, profiler_memory_bytes, allocator, threads).
 require_relative "helper"
 
 class TestResult < Test::Unit::TestCase
@@ -9,7 +9,7 @@ class TestResult < Test::Unit::TestCase
   REFERENCE_KEYS = %i[mode frequency trigger_count sampling_count sampling_time_ns
                       detected_thread_count unique_frames unique_stacks start_time_ns
                       duration_ns aggregated_samples].freeze
-  NEW_KEYS = %i[backend dropped_samples profiler_memory_bytes allocator].freeze
+  NEW_KEYS = %i[backend dropped_samples profiler_memory_bytes allocator threads].freeze
   # Keys the engine may add beyond the issue's list (Integer counters).
   OPTIONAL_EXTRA_KEYS = %i[timer_overruns].freeze
   INTEGER_KEYS = %i[frequency trigger_count sampling_count sampling_time_ns detected_thread_count
@@ -70,6 +70,41 @@ class TestResult < Test::Unit::TestCase
     end
   end
 
+  # :threads — one entry per thread_seq handed out, in order: Ractor id (main
+  # Ractor = 1), the thread's name when set, its native thread id.
+  def test_threads_table
+    each_combo do |backend, mode|
+      ctx = "#{backend}/#{mode}"
+      Thread.current.name = "rperf-main"
+      worker = nil
+      result = Rperf.start(mode: mode, backend: backend) do
+        worker = Thread.new do
+          Thread.current.name = "rperf-worker"
+          rperf_work_a(0.05)
+        end
+        worker.join
+        rperf_work_b(0.05)
+      end
+      threads = result[:threads]
+      assert_kind_of(Array, threads, ctx)
+      assert_equal((1..result[:detected_thread_count]).to_a, threads.map { |t| t[:thread_seq] },
+                   "one entry per thread_seq, in order #{ctx}")
+      threads.each do |t|
+        assert_equal(%i[thread_seq ractor_id name native_tid], t.keys, ctx)
+        assert_equal(1, t[:ractor_id], "main Ractor #{ctx}")
+        assert_kind_of(Integer, t[:native_tid], ctx)
+      end
+      assert_equal("rperf-main", threads[0][:name], "the caller is thread_seq 1 #{ctx}")
+      seq = rperf_samples_with(result, "Object#rperf_work_a").map { |s| s[2] }.uniq
+      assert_equal(1, seq.size, ctx)
+      entry = threads.find { |t| t[:thread_seq] == seq[0] }
+      assert_equal("rperf-worker", entry[:name], "an exited thread keeps its name #{ctx}")
+      assert_not_equal(threads[0][:native_tid], entry[:native_tid], ctx)
+    ensure
+      Thread.current.name = nil
+    end
+  end
+
   def test_sample_tuples
     each_combo do |backend, mode|
       result, = profile(backend, mode)
@@ -117,10 +152,11 @@ class TestResult < Test::Unit::TestCase
   def test_c_method_frames
     # Array#each is a C function in Ruby 3.3 (Integer#times is not: it lives
     # in <internal:numeric>).
+    big = Array.new(10_000_000, 1)   # before the clock starts: slow under some allocators
     result = Rperf.start(frequency: 1000) do
       deadline = thread_cpu_now + 0.1
       x = 0
-      Array.new(10_000_000, 1).each_with_index do |v, i|
+      big.each_with_index do |v, i|
         x += v
         break if (i & 0xfff).zero? && thread_cpu_now > deadline
       end

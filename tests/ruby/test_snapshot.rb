@@ -137,7 +137,7 @@ class TestSnapshot < Test::Unit::TestCase
       snaps = 20.times.map do |i|
         rperf_work_b(0.003)
         progress.pop # workers have run since the previous snapshot
-        Rperf.snapshot(clear: i % 5 == 4)
+        Rperf.snapshot(clear: i % 5 == 4 && i < 15)  # the last 5 snapshots + stop accumulate
       end
       stop = true
       threads.each(&:join)
@@ -150,7 +150,10 @@ class TestSnapshot < Test::Unit::TestCase
       end
       assert(snaps.any? { |s| !rperf_samples_with(s, "Object#rperf_work_a").empty? },
              "threads' samples reach snapshots #{ctx}\n#{rperf_describe(snaps.last)}")
-      assert_has_label(result, "Object#rperf_work_a", ctx)
+      # workers ran in the last window too (which one the GVL favours is up to
+      # the scheduler, especially under M:N threads)
+      assert(result[:aggregated_samples].any? { |x| x[2] > 1 && x[0].any? { |f| f[1].start_with?("Object#rperf_") } },
+             "worker threads' samples reach the final result #{ctx}\n#{rperf_describe(result)}")
     end
   end
 

@@ -145,6 +145,91 @@ RPERF_TEST(collapsed_deterministic)
     free(b);
 }
 
+/* Many random stacks against a plain reference: stacks of names compared
+ * name by name with strcmp (a stack before its extensions), equal stacks
+ * merged. Names repeat across frames, prefix each other, and share first
+ * frames, so every path of the encoder's sort (radix on the first two
+ * frames, then the rest) and merge is used. */
+typedef struct {
+    const char *names[8];
+    uint32_t depth;
+    int64_t weight;
+} ref_line_t;
+
+static int
+cmp_ref(const void *a, const void *b)
+{
+    const ref_line_t *x = a, *y = b;
+    uint32_t n = x->depth < y->depth ? x->depth : y->depth;
+    for (uint32_t i = 0; i < n; i++) {
+        int c = strcmp(x->names[i], y->names[i]);
+        if (c)
+            return c;
+    }
+    return (x->depth > y->depth) - (x->depth < y->depth);
+}
+
+RPERF_TEST(collapsed_many_stacks_match_reference)
+{
+    static const char *const pool[] = {"a", "ab", "abc", "b", "B", "Z", "z\xc3\xa9", "Foo#bar",
+                                       "Foo#ba", "[GC marking]", "m1", "m10", "m2"};
+    enum { NPOOL = sizeof pool / sizeof pool[0], NFRAMES = 40, NSAMPLES = 3000 };
+    rperf_view_frame_t fr[NFRAMES];
+    for (int i = 0; i < NFRAMES; i++) {
+        const char *n = pool[(i * 7) % NPOOL];
+        fr[i] = (rperf_view_frame_t){ { n, strlen(n) }, S("f.rb"), i };
+    }
+    static uint32_t stacks[NSAMPLES][6];
+    static rperf_view_sample_t sm[NSAMPLES];
+    static ref_line_t ref[NSAMPLES];
+    uint64_t seed = 12345;
+    for (int i = 0; i < NSAMPLES; i++) {
+        seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+        uint32_t depth = (uint32_t)(seed >> 33) % 7; /* 0..6 */
+        for (uint32_t d = 0; d < depth; d++) {
+            seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+            /* few distinct frames near the root: long shared prefixes */
+            uint32_t range = d + 1 < depth ? 3 + 6 * d : NFRAMES;
+            stacks[i][d] = (uint32_t)(seed >> 35) % (range < NFRAMES ? range : NFRAMES);
+        }
+        sm[i] = (rperf_view_sample_t){ stacks[i], depth, 1 + i % 97, 1 + i % 3, 0 };
+        ref[i].depth = depth ? depth : 1;
+        ref[i].weight = sm[i].weight;
+        ref[i].names[0] = "(no frames)";
+        for (uint32_t d = 0; d < depth; d++) /* root first */
+            ref[i].names[d] = fr[stacks[i][depth - 1 - d]].name.ptr;
+    }
+    qsort(ref, NSAMPLES, sizeof *ref, cmp_ref);
+    size_t nref = 0;
+    for (size_t i = 0; i < NSAMPLES; i++) {
+        if (nref && cmp_ref(&ref[nref - 1], &ref[i]) == 0)
+            ref[nref - 1].weight += ref[i].weight;
+        else
+            ref[nref++] = ref[i];
+    }
+    char *expect = malloc(nref * 128), *e = expect;
+    for (size_t i = 0; i < nref; i++) {
+        for (uint32_t d = 0; d < ref[i].depth; d++)
+            e += sprintf(e, "%s%s", d ? ";" : "", ref[i].names[d]);
+        e += sprintf(e, " %lld\n", (long long)ref[i].weight);
+    }
+    rperf_profile_view_t v = fx_empty_view();
+    v.frames = fr;
+    v.frame_count = NFRAMES;
+    v.samples = sm;
+    v.sample_count = NSAMPLES;
+    size_t len;
+    char *s = fx_export("collapsed", &v, NULL, &len);
+    RPERF_CHECK(s != NULL && nref > 100 && nref < NSAMPLES);
+    if (s) {
+        RPERF_CHECK_EQ(len, (size_t)(e - expect));
+        RPERF_CHECK(strcmp(s, expect) == 0);
+        RPERF_CHECK_EQ(folded_bad_lines(s, len), 0);
+    }
+    free(s);
+    free(expect);
+}
+
 /* ---- JSON: a small validating parser (RFC 8259 grammar, UTF-8 checked). ---- */
 
 typedef struct {
@@ -460,6 +545,7 @@ main(void)
 {
     return RPERF_RUN(RPERF_CASE(collapsed_golden), RPERF_CASE(collapsed_escapes_and_merges),
                      RPERF_CASE(collapsed_empty_and_deep), RPERF_CASE(collapsed_deterministic),
+                     RPERF_CASE(collapsed_many_stacks_match_reference),
                      RPERF_CASE(json_parser_self_test), RPERF_CASE(json_fixture),
                      RPERF_CASE(json_empty_and_deep), RPERF_CASE(text_golden),
                      RPERF_CASE(text_rounding_top_n_header), RPERF_CASE(text_empty_and_recursion),

@@ -120,6 +120,22 @@ packed_or_single(const unsigned char *sub, size_t sublen, uint64_t v, uint64_t *
         *bad = 1;
 }
 
+/* The varint fields 1..n-1 of the message (s, l) into f[1..n-1] (0 when
+ * absent; later occurrences win). */
+static void
+varint_fields(const unsigned char *s, size_t l, uint64_t *f, uint32_t n)
+{
+    pb_t m = { s, s ? s + l : NULL, 0 };
+    uint32_t g;
+    uint64_t x = 0;
+    const unsigned char *s2;
+    size_t l2;
+    memset(f, 0, n * sizeof *f);
+    while (pb_next(&m, &g, &x, &s2, &l2))
+        if (g < n && !s2)
+            f[g] = x;
+}
+
 static void
 decode(prof_t *pr, const unsigned char *data, size_t len)
 {
@@ -142,11 +158,9 @@ decode(prof_t *pr, const unsigned char *data, size_t len)
         switch (f) {
         case 1:
         case 11: {
-            uint64_t t = 0, u = 0;
-            while (pb_next(&m, &g, &w, &s2, &l2)) {
-                if (g == 1) t = w;
-                if (g == 2) u = w;
-            }
+            uint64_t vt[3];
+            varint_fields(sub, sublen, vt, 3);
+            uint64_t t = vt[1], u = vt[2];
             if (f == 1 && pr->n_sample_type < 8) {
                 pr->sample_type[pr->n_sample_type][0] = t;
                 pr->sample_type[pr->n_sample_type++][1] = u;
@@ -165,18 +179,12 @@ decode(prof_t *pr, const unsigned char *data, size_t len)
                 else if (g == 2)
                     packed_or_single(s2, l2, w, sm->values, &sm->nvalues, 4, &pr->bad);
                 else if (g == 3 && sm->nlab < 8) {
-                    pb_t lm = { s2, s2 + l2, 0 };
-                    uint32_t h;
-                    uint64_t x = 0;
-                    const unsigned char *s3;
-                    size_t l3;
+                    uint64_t lf[4]; /* Label {1 key, 2 str, 3 num} */
+                    varint_fields(s2, l2, lf, 4);
                     size_t k = sm->nlab++;
-                    sm->lab_key[k] = sm->lab_str[k] = sm->lab_num[k] = 0;
-                    while (pb_next(&lm, &h, &x, &s3, &l3)) {
-                        if (h == 1) sm->lab_key[k] = x;
-                        if (h == 2) sm->lab_str[k] = x;
-                        if (h == 3) sm->lab_num[k] = x;
-                    }
+                    sm->lab_key[k] = lf[1];
+                    sm->lab_str[k] = lf[2];
+                    sm->lab_num[k] = lf[3];
                 }
             }
             break;
@@ -186,27 +194,22 @@ decode(prof_t *pr, const unsigned char *data, size_t len)
             while (pb_next(&m, &g, &w, &s2, &l2)) {
                 if (g == 1) pr->loc_id[k] = w;
                 if (g == 4) {
-                    pb_t lm = { s2, s2 + l2, 0 };
-                    uint32_t h;
-                    uint64_t x = 0;
-                    const unsigned char *s3;
-                    size_t l3;
-                    while (pb_next(&lm, &h, &x, &s3, &l3)) {
-                        if (h == 1) pr->loc_fn[k] = x;
-                        if (h == 2) pr->loc_line[k] = x;
-                    }
+                    uint64_t lf[3]; /* Line {1 function_id, 2 line} */
+                    varint_fields(s2, l2, lf, 3);
+                    pr->loc_fn[k] = lf[1];
+                    pr->loc_line[k] = lf[2];
                 }
             }
             break;
         }
         case 5: {
+            uint64_t ff[6]; /* Function {1 id, 2 name, 4 filename, 5 start_line} */
+            varint_fields(sub, sublen, ff, 6);
             size_t k = pr->nfn++;
-            while (pb_next(&m, &g, &w, &s2, &l2)) {
-                if (g == 1) pr->fn_id[k] = w;
-                if (g == 2) pr->fn_name[k] = w;
-                if (g == 4) pr->fn_file[k] = w;
-                if (g == 5) pr->fn_start[k] = w;
-            }
+            pr->fn_id[k] = ff[1];
+            pr->fn_name[k] = ff[2];
+            pr->fn_file[k] = ff[4];
+            pr->fn_start[k] = ff[5];
             break;
         }
         case 6:

@@ -1,6 +1,6 @@
 /*
- * test_exporter_writer.c — writers (memory, atomic file, gzip, sticky
- * errors), the registry (built-ins, runtime registration, validation) and
+ * test_exporter_writer.c — writers (memory, caller-grown buffer, atomic
+ * file, gzip, sticky errors), the registry (built-ins, runtime registration, validation) and
  * the export drivers' failure paths (no partial or temporary file left).
  * Context: plain C test program, no Ruby. Uses a private directory under
  * $TMPDIR (or /tmp), removed at the end.
@@ -79,6 +79,70 @@ RPERF_TEST(memory_writer)
     free(taken);
     rperf_writer_free(w);
     rperf_writer_free(NULL);
+}
+
+/* The grow function of a buffer writer: a realloc'd block that counts its
+ * calls and can be told to fail; the test owns (frees) the buffer. */
+typedef struct {
+    int calls, fail_at;
+    size_t last_len, last_cap;
+} grow_log_t;
+
+static void *
+test_grow(void *ctx, void *buf, size_t len, size_t cap)
+{
+    grow_log_t *g = ctx;
+    g->calls++;
+    g->last_len = len;
+    g->last_cap = cap;
+    if (g->calls == g->fail_at)
+        return NULL;
+    return realloc(buf, cap);
+}
+
+RPERF_TEST(buffer_writer_grow_fn)
+{
+    grow_log_t g = {0, 0, 0, 0};
+    rperf_writer_t *w;
+    RPERF_CHECK_EQ(rperf_writer_buffer_open(&w, test_grow, &g), 0);
+    RPERF_CHECK_EQ(rperf_writer_reserve(w, 10), 0); /* a hint: exactly 10 */
+    RPERF_CHECK(g.calls == 1 && g.last_len == 0 && g.last_cap == 10);
+    RPERF_CHECK_EQ(rperf_writer_puts(w, "0123456789"), 0);
+    RPERF_CHECK_EQ(g.calls, 1);
+    RPERF_CHECK_EQ(rperf_writer_puts(w, "abc"), 0); /* grows, keeping 10 bytes */
+    RPERF_CHECK(g.calls == 2 && g.last_len == 10 && g.last_cap >= 13);
+    size_t len;
+    const unsigned char *d = rperf_writer_memory_data(w, &len);
+    RPERF_CHECK(len == 13 && memcmp(d, "0123456789abc", 13) == 0);
+    RPERF_CHECK(rperf_writer_memory_take(w, &len) == NULL && len == 0); /* not ours to hand out */
+    RPERF_CHECK_EQ(rperf_writer_finish(w), 0);
+    void *buf = (void *)rperf_writer_memory_data(w, &len);
+    rperf_writer_free(w); /* does not free the buffer */
+    free(buf);
+
+    /* A failing grow function fails the writer, stickily. */
+    grow_log_t bad = {0, 1, 0, 0};
+    RPERF_CHECK_EQ(rperf_writer_buffer_open(&w, test_grow, &bad), 0);
+    RPERF_CHECK_EQ(rperf_writer_puts(w, "x"), -ENOMEM);
+    RPERF_CHECK_EQ(rperf_writer_puts(w, "y"), -ENOMEM);
+    RPERF_CHECK(strstr(rperf_writer_error(w), "out of memory") != NULL);
+    rperf_writer_free(w);
+
+    /* rperf_export_to_writer() into it: same bytes as rperf_export_to_memory(). */
+    rperf_profile_view_t v = fx_view();
+    char err[256];
+    grow_log_t g2 = {0, 0, 0, 0};
+    RPERF_CHECK_EQ(rperf_writer_buffer_open(&w, test_grow, &g2), 0);
+    RPERF_CHECK_EQ(rperf_export_to_writer(&rperf_exporter_collapsed, &v, NULL, -1, w, err,
+                                          sizeof err), 0);
+    size_t mlen;
+    char *mem = fx_export("collapsed", &v, NULL, &mlen);
+    d = rperf_writer_memory_data(w, &len);
+    RPERF_CHECK(mem && len == mlen && memcmp(d, mem, len) == 0);
+    RPERF_CHECK_EQ(g2.calls, 1); /* the collapsed exporter reserves its exact size */
+    free(mem);
+    free((void *)d);
+    rperf_writer_free(w);
 }
 
 RPERF_TEST(sticky_error)
@@ -332,7 +396,8 @@ main(void)
         perror("mkdtemp");
         return 1;
     }
-    int rc = RPERF_RUN(RPERF_CASE(memory_writer), RPERF_CASE(sticky_error),
+    int rc = RPERF_RUN(RPERF_CASE(memory_writer), RPERF_CASE(buffer_writer_grow_fn),
+                       RPERF_CASE(sticky_error),
                        RPERF_CASE(file_writer_atomic), RPERF_CASE(file_writer_unwritable),
                        RPERF_CASE(gzip_writer), RPERF_CASE(gzip_propagates_inner_error),
                        RPERF_CASE(registry_builtins), RPERF_CASE(registry_runtime_registration),

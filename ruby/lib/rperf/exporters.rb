@@ -6,8 +6,11 @@
 # two helpers Rperf.start/stop use (__resolve_exporter, __export_at_stop).
 #
 # C exporters are encoded by rperf.so (ruby/export.c: Rperf._encode,
-# Rperf._encode_file, Rperf._c_exporters, Rperf.gzip). Ruby and C exporters
-# are selected by name the same way. See docs/exporters.md.
+# Rperf._encode_file, Rperf._c_export_engine, Rperf._c_exporters,
+# Rperf.gzip). Ruby and C exporters are selected by name the same way. At
+# stop, a C exporter encodes straight from the engine's data (still held
+# until Rperf.stop releases it); Ruby exporters get the result Hash. See
+# docs/exporters.md.
 #
 # NOTE: inside `module Rperf`, the constant JSON means Rperf::JSON; use ::JSON
 # for the standard library.
@@ -118,12 +121,20 @@ module Rperf
       exporter_for_path(path_string!(output))
     end
 
-    # Write the profile at stop. Never raises for an exporter or I/O failure:
-    # reports "rperf: exporter NAME failed: …" on stderr and returns false,
-    # leaving no partial file. Returns true when the file was written.
+    # Write the profile at stop, called by Rperf.stop before it releases the
+    # engine's data: a C exporter's view is built from that data directly
+    # (Rperf._c_export_engine falls back to `data` when the engine no longer
+    # holds it, or holds raw samples). Never raises for an exporter or I/O
+    # failure: reports "rperf: exporter NAME failed: …" on stderr and returns
+    # false, leaving no partial file. Returns true when the file was written.
     def __export_at_stop(data, path, name)
       name ||= __resolve_exporter(nil, nil, path)
-      write_export(path_string!(path), data, name)
+      path = path_string!(path)
+      if @ruby_exporters.key?(name)
+        write_export(path, data, name)
+      else
+        _c_export_engine(name.to_s, path, data)
+      end
       true
     rescue StandardError, ScriptError, NoMemoryError, SystemStackError => e
       begin

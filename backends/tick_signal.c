@@ -1,0 +1,122 @@
+/*
+ * tick_signal.c — the real-time "tick" signal both built-in backends use:
+ * the handler, its installation/restoration and the bootstrap of threads
+ * that were already running when profiling started.
+ *
+ * The handler runs on the native thread the signal was aimed at:
+ *  - that thread runs a Ruby thread the engine knows (the engine's
+ *    per-native-thread `cur`): it is a tick, and the sampling job is
+ *    triggered on this very thread, inside its own Ractor;
+ *  - otherwise, if the signal was sent with tgkill (si_code SI_TKILL: the
+ *    bootstrap, or the nanosleep backend reaching another Ractor), the host
+ *    is asked to trigger a job that registers the thread, but only if this
+ *    native thread runs Ruby code at all;
+ *  - a timer signal (SI_TIMER) that arrives after the thread gave up its
+ *    GVL is dropped: it must not be charged to whatever runs here next.
+ *
+ * Contexts: on_signal is a signal handler (async-signal-safe only: TLS
+ * reads, atomics, the engine's tick/register, errno saved); install,
+ * restore and bootstrap run with the GVL held; send runs on a backend
+ * thread; after_fork inside fork() in the child.
+ *
+ * Restore: the action is first set to SIG_IGN, which discards instances
+ * still pending on any thread (POSIX sigaction()), and only then is the
+ * previous action put back, so no late tick meets the default (fatal)
+ * action.
+ */
+#include "tick_signal.h"
+
+#include "rperf_core.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+static _Atomic int active;
+static int signo;
+static struct sigaction old_action;
+static int installed;
+
+static void on_signal(int sig, siginfo_t *info, void *uc)
+{
+    (void)sig;
+    (void)uc;
+    int saved = errno;
+    if (atomic_load_explicit(&active, memory_order_relaxed)) {
+        if (rperf_current_thread_sigsafe() != NULL)
+            rperf_engine_tick_sigsafe();
+        else if (info && info->si_code == SI_TKILL)
+            rperf_engine_register_sigsafe();
+    }
+    errno = saved;
+}
+
+int rperf_tick_signal_install(int sig, char *err, size_t errlen)
+{
+    signo = sig > 0 ? sig : SIGRTMIN + 8;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_sigaction = on_signal;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(signo, &sa, &old_action) != 0) {
+        snprintf(err, errlen, "rperf: failed to install the handler for signal %d: %s", signo,
+                 strerror(errno));
+        return -1;
+    }
+    installed = 1;
+    atomic_store(&active, 1);
+    return 0;
+}
+
+static void restore_action(void)
+{
+    if (!installed) return;
+    struct sigaction ign;
+    memset(&ign, 0, sizeof(ign));
+    ign.sa_handler = SIG_IGN;
+    sigemptyset(&ign.sa_mask);
+    sigaction(signo, &ign, NULL);
+    sigaction(signo, &old_action, NULL);
+    installed = 0;
+}
+
+void rperf_tick_signal_restore(void)
+{
+    atomic_store(&active, 0);
+    restore_action();
+}
+
+void rperf_tick_signal_after_fork(void)
+{
+    atomic_store(&active, 0);
+    restore_action();
+}
+
+int rperf_tick_signal_number(void) { return signo; }
+
+int rperf_tick_signal_send(pid_t tid)
+{
+    return (int)syscall(SYS_tgkill, (pid_t)getpid(), tid, signo);
+}
+
+void rperf_tick_signal_bootstrap(void)
+{
+    pid_t self = (pid_t)syscall(SYS_gettid);
+    DIR *d = opendir("/proc/self/task");
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        char *end;
+        long tid = strtol(e->d_name, &end, 10);
+        if (*end != '\0' || tid <= 0 || (pid_t)tid == self) continue;
+        rperf_tick_signal_send((pid_t)tid);   /* a task that exited meanwhile: ESRCH */
+    }
+    closedir(d);
+}

@@ -1,0 +1,27 @@
+/*
+ * tick_signal.h — the tick signal shared by the built-in backends: its
+ * handler, installation and restoration, and the start-up bootstrap that
+ * reaches threads already running Ruby code (see tick_signal.c).
+ */
+#ifndef RPERF_TICK_SIGNAL_H
+#define RPERF_TICK_SIGNAL_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+/* GVL held: install the handler for signo (0 = SIGRTMIN+8). 0 or -1 + err. */
+int rperf_tick_signal_install(int signo, char *err, size_t errlen);
+/* GVL held: ignore, then restore the previous action (drops pending ones). */
+void rperf_tick_signal_restore(void);
+/* Inside fork() in the child: forget the run and restore the action. */
+void rperf_tick_signal_after_fork(void);
+/* The installed signal number. */
+int rperf_tick_signal_number(void);
+/* GVL held: send the signal once to every other task of the process, so
+ * threads that hold a GVL since before the start (and may never switch)
+ * register themselves from their own sampling job. */
+void rperf_tick_signal_bootstrap(void);
+/* no GVL: deliver one tick to native thread `tid` of this process. */
+int rperf_tick_signal_send(pid_t tid);
+
+#endif

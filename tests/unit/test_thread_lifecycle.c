@@ -1,0 +1,173 @@
+/*
+ * test_thread_lifecycle.c — unit tests of the engine's per-thread life cycle
+ * with a fake host and a fake backend: a thread that exits with no Ruby
+ * frame left settles its pending time on its last root frame; a thread
+ * created during the run is not charged for the wait before its first turn;
+ * the thread table keeps identities of threads the worker already freed;
+ * the backend hears when a thread's Ractor becomes known.
+ * Context: a plain C program (no Ruby); the test thread plays every Ruby
+ * thread's "own" context in turn, the engine's worker runs for real.
+ */
+#include "core_internal.h"
+#include "rperf_test.h"
+
+#include <string.h>
+
+/* ---- fake host: capture returns `depth` frames of `stack` ----------------- */
+
+static rperf_frame_t stack[3];
+static int depth;
+
+static int fake_capture(rperf_frame_t *buf, int max)
+{
+    int d = depth < max ? depth : max;
+    memcpy(buf, stack, (size_t)d * sizeof(*buf));
+    return d;
+}
+static void fake_trigger(void) {}
+static void fake_detach(uintptr_t h) { (void)h; }
+static const rperf_host_t host = { fake_capture, fake_trigger, NULL, fake_detach };
+
+/* ---- fake backend ----------------------------------------------------------- */
+
+static int identified;
+static int fb_start(const rperf_backend_config_t *c, char *e, size_t n)
+{
+    (void)c;
+    (void)e;
+    (void)n;
+    return 0;
+}
+static void fb_stop(void) {}
+static void fb_identified(void) { identified++; }
+static const rperf_backend_ops_t fake_backend = {
+    .version = RPERF_BACKEND_ABI_VERSION, .name = "fake", .description = "test",
+    .start = fb_start, .stop = fb_stop, .thread_identified = fb_identified,
+};
+
+static rperf_thread_t *start_wall(void)
+{
+    rperf_config_t cfg = { .frequency = 1000, .clock = RPERF_CLOCK_WALL, .aggregate = true,
+                           .ring_slots = 1024, .backend = &fake_backend };
+    rperf_thread_t *caller = NULL;
+    char err[128];
+    RPERF_CHECK_EQ(rperf_engine_start(&cfg, 0x1000, &caller, err, sizeof(err)), 0);
+    RPERF_CHECK(caller != NULL);
+    return caller;
+}
+
+/* Let the monotonic clock move (a few µs of busy work, no sleeping). */
+static void let_time_pass(void)
+{
+    int64_t t0 = rperf__mono_ns();
+    while (rperf__mono_ns() - t0 < 20000) {
+    }
+}
+
+typedef struct found {
+    int64_t root_weight;      /* depth-1 samples whose frame is the root */
+    int64_t total;
+} found_t;
+static uint32_t root_id;
+static int scan(const rperf_result_sample_t *s, void *ctx)
+{
+    found_t *f = ctx;
+    f->total += s->weight;
+    if (s->depth == 1 && s->frames[0] == root_id) f->root_weight += s->weight;
+    return 0;
+}
+
+RPERF_TEST(exiting_thread_settles_pending_time_on_its_root_frame)
+{
+    rperf_thread_t *main_pt = start_wall();
+    stack[0] = 0x2000; stack[1] = 0x2008; stack[2] = 0x2010;   /* leaf .. root */
+    depth = 3;
+    rperf_thread_t *pt = rperf_thread_new(0x3000, RPERF_THREAD_CREATED);
+    RPERF_CHECK(pt != NULL);
+    rperf_ev_resumed(pt);
+    let_time_pass();
+    rperf_sample_job(pt);            /* captures the stack: root = 0x2010 */
+    let_time_pass();
+    depth = 0;                       /* the block returned: no Ruby frame */
+    rperf_ev_suspended(pt);          /* nothing to capture: time stays pending */
+    rperf_ev_exited(pt);             /* settled on the root frame */
+    (void)main_pt;
+    rperf_engine_stop();
+    root_id = 0;
+    for (uint32_t id = RPERF_SYNTHETIC_FRAMES; id < RPERF_SYNTHETIC_FRAMES + rperf_result_frame_count(); id++)
+        if (rperf_result_frame(id) == 0x2010) root_id = id;
+    RPERF_CHECK(root_id != 0);
+    found_t f = { 0, 0 };
+    rperf_result_each_aggregated(scan, &f);
+    RPERF_CHECK(f.root_weight > 0);
+    rperf_engine_release();
+}
+
+RPERF_TEST(new_thread_is_not_charged_for_its_first_wait)
+{
+    start_wall();
+    depth = 3;
+    rperf_thread_t *pt = rperf_thread_new(0x3000, RPERF_THREAD_CREATED);
+    let_time_pass();                 /* waiting for its first turn */
+    int64_t before = rperf__mono_ns();
+    rperf_ev_resumed(pt);
+    RPERF_CHECK(pt->last_wall >= before);
+    /* a thread first met at RESUMED (existing before) is charged from start */
+    rperf_thread_t *old = rperf_thread_new(0x4000, RPERF_THREAD_EXISTING);
+    RPERF_CHECK_EQ(old->susp_wall, rperf__engine.start_mono_ns);
+    rperf_engine_stop();
+    rperf_engine_release();
+}
+
+typedef struct seen {
+    int n;
+    rperf_result_thread_t t[4];
+} seen_t;
+static int collect_thread(const rperf_result_thread_t *t, void *ctx)
+{
+    seen_t *s = ctx;
+    if (s->n < 4) s->t[s->n] = *t;
+    s->n++;
+    return 0;
+}
+
+RPERF_TEST(thread_table_keeps_exited_threads)
+{
+    rperf_thread_t *main_pt = start_wall();
+    rperf_thread_set_ractor(main_pt, 1);
+    rperf_thread_set_name(main_pt, "main", 4);
+    depth = 3;
+    rperf_thread_t *pt = rperf_thread_new(0x3000, RPERF_THREAD_CREATED);
+    rperf_ev_resumed(pt);
+    identified = 0;
+    rperf_thread_set_ractor(pt, 7);
+    RPERF_CHECK_EQ(identified, 1);   /* pt runs here: the backend hears it */
+    /* a name longer than the buffer is cut, never overflows */
+    char longname[200];
+    memset(longname, 'x', sizeof(longname));
+    rperf_thread_set_name(pt, longname, sizeof(longname));
+    rperf_ev_suspended(pt);
+    rperf_ev_exited(pt);
+    rperf_engine_pause();            /* drains: the exited thread is archived */
+    rperf_engine_resume(false);
+    rperf_engine_stop();
+    seen_t s = { 0 };
+    rperf_result_each_thread(collect_thread, &s);
+    RPERF_CHECK_EQ(s.n, 2);
+    RPERF_CHECK_EQ(s.t[0].thread_seq, 1);
+    RPERF_CHECK_EQ(s.t[0].ractor_id, 1);
+    RPERF_CHECK_STR(s.t[0].name, "main");
+    RPERF_CHECK_EQ(s.t[1].thread_seq, 2);
+    RPERF_CHECK_EQ(s.t[1].ractor_id, 7);
+    RPERF_CHECK_EQ(strlen(s.t[1].name), RPERF_THREAD_NAME_MAX - 1);
+    RPERF_CHECK(s.t[1].native_tid > 0);
+    rperf_engine_release();
+}
+
+int main(void)
+{
+    rperf_engine_init(&host);
+    return RPERF_RUN(RPERF_CASE(exiting_thread_settles_pending_time_on_its_root_frame),
+                     RPERF_CASE(new_thread_is_not_charged_for_its_first_wait),
+                     RPERF_CASE(thread_table_keeps_exited_threads));
+}
