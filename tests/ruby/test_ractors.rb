@@ -167,6 +167,34 @@ class TestRactors < Test::Unit::TestCase
     end
   end
 
+  # A TracePoint enabled and disabled in another Ractor rewrites the VM-global
+  # GC event flags from that Ractor's hook list (Ruby 3.3), which switches
+  # every Ractor's GC hooks off. The next job notices the unseen GCs and
+  # registers the hook again. 2 Hz: the Ractor has no job before its
+  # TracePoint, so its hook list holds only the TracePoint.
+  def test_gc_hooks_survive_a_tracepoint_in_another_ractor
+    run = run_child(<<~RUBY, timeout: 120)
+      #{PRELUDE}
+      Rperf.start(frequency: 2, mode: :cpu, aggregate: false)
+      r = Ractor.new do
+        tp = TracePoint.new(:line) {}
+        tp.enable
+        x = 0
+        100.times { x += 1 }
+        tp.disable
+        :ok
+      end
+      r.take
+      after = Process.clock_gettime(Process::CLOCK_REALTIME, :nanosecond)
+      rperf_alloc_work(1.5)
+      data = Rperf.stop
+      gc = data[:raw_samples].select { |s| s[0][0][1].start_with?("[GC") && s[4] > after }
+      child_report(gc_after: gc.size, weight: gc.sum { |s| s[1] })
+    RUBY
+    assert_child_ok(run)
+    assert_operator(run.report["gc_after"], :>, 0, "GC samples after the TracePoint #{run.report}")
+  end
+
   def test_labels_inside_ractors
     RPERF_BACKENDS.each do |backend|
       run = run_child(<<~RUBY, timeout: 120)
