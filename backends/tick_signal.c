@@ -29,6 +29,7 @@
 #include "rperf_core.h"
 
 #include <dirent.h>
+#include <stdbool.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -106,6 +107,23 @@ int rperf_tick_signal_send(pid_t tid)
     return (int)syscall(SYS_tgkill, (pid_t)getpid(), tid, signo);
 }
 
+/* Is task `tid` runnable (state R in /proc/self/task/<tid>/stat)? A thread
+ * that holds a GVL and runs Ruby code is; a sleeping one (Ruby's timer
+ * thread in epoll_wait, idle M:N native threads, threads blocked outside
+ * the GVL) is not and will see RESUMED before it runs Ruby code again. */
+static bool task_runnable(long tid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof(path), "/proc/self/task/%ld/stat", tid);
+    FILE *f = fopen(path, "re");
+    if (!f) return false;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *paren = strrchr(buf, ')');   /* the name may contain spaces */
+    return paren && paren[1] == ' ' && paren[2] == 'R';
+}
+
 void rperf_tick_signal_bootstrap(void)
 {
     pid_t self = (pid_t)syscall(SYS_gettid);
@@ -115,7 +133,7 @@ void rperf_tick_signal_bootstrap(void)
     while ((e = readdir(d)) != NULL) {
         char *end;
         long tid = strtol(e->d_name, &end, 10);
-        if (*end != '\0' || tid <= 0 || (pid_t)tid == self) continue;
+        if (*end != '\0' || tid <= 0 || (pid_t)tid == self || !task_runnable(tid)) continue;
         rperf_tick_signal_send((pid_t)tid);   /* a task that exited meanwhile: ESRCH */
     }
     closedir(d);

@@ -17,9 +17,9 @@ void rperf_tick_signal_restore(void);
 void rperf_tick_signal_after_fork(void);
 /* The installed signal number. */
 int rperf_tick_signal_number(void);
-/* GVL held: send the signal once to every other task of the process, so
- * threads that hold a GVL since before the start (and may never switch)
- * register themselves from their own sampling job. */
+/* GVL held: send the signal once to every other runnable task of the
+ * process, so threads that hold a GVL since before the start (and may never
+ * switch) register themselves from their own sampling job. */
 void rperf_tick_signal_bootstrap(void);
 /* no GVL: deliver one tick to native thread `tid` of this process. */
 int rperf_tick_signal_send(pid_t tid);

@@ -44,6 +44,32 @@ class TestStressRactors < Test::Unit::TestCase
     end
   end
 
+  # The bootstrap signal at start must not reach Ruby's timer thread (its
+  # timeslice wait would start over each time and starve the main Ractor's
+  # other threads of the GVL): only runnable tasks get it.
+  def test_start_stop_cycles_with_a_ractor_alive_keep_threads_switching
+    RPERF_BACKENDS.each do |backend|
+      run = run_child(<<~RUBY, timeout: 120)
+        #{PRELUDE}
+        r = Ractor.new { Ractor.receive }
+        stop = false
+        workers = 4.times.map { Thread.new { n = 0; until stop; rperf_stress_work(0.001); n += 1; end; n } }
+        200.times do
+          Rperf.start(frequency: 10_000, backend: :#{backend})
+          rperf_stress_work(0.001)
+          Rperf.stop
+        end
+        stop = true
+        progress = workers.map(&:value)
+        r.send(:done)
+        r.take
+        child_report(progress: progress)
+      RUBY
+      assert_child_ok(run, backend)
+      assert(run.report["progress"].all?(&:positive?), "#{backend}: every thread got the GVL #{run.report}")
+    end
+  end
+
   def test_fork_while_ractors_run
     RPERF_BACKENDS.each do |backend|
       run = run_child(<<~RUBY, timeout: 120)
