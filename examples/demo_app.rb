@@ -2,7 +2,7 @@
 
 # examples/demo_app.rb — the example program that `script/demo` profiles.
 #
-# Three clearly separated parts, so each shows up under its own name in a
+# Four clearly separated parts, so each shows up under its own name in a
 # profile:
 #   Demo::Cpu.fib     — pure CPU-bound recursion (a few hundred ms)
 #   Demo::Pool.work   — a thread pool: several threads doing CPU work and
@@ -10,6 +10,9 @@
 #                       "[GVL wait]" / "[GVL blocked]" frames)
 #   Demo::Alloc.churn — allocation-heavy work that keeps the GC busy
 #                       ("[GC marking]" / "[GC sweeping]" frames)
+#   Demo::Workers.job — two Ractors doing CPU work in parallel, each request
+#                       labelled with Rperf.label inside its Ractor (the
+#                       result's :threads table names their Ractors)
 #
 # As a library:  require_relative "examples/demo_app"; Demo.run
 # As a script:   script/ruby examples/demo_app.rb   (prints timings per part)
@@ -52,8 +55,9 @@ module Demo
       queue = Queue.new
       jobs.times { |j| queue << j }
       threads.times { queue << nil }
-      workers = Array.new(threads) do
+      workers = Array.new(threads) do |t|
         Thread.new do
+          Thread.current.name = "pool-#{t}"
           sum = 0
           while (job = queue.pop)
             sum += work(job)
@@ -82,12 +86,34 @@ module Demo
     end
   end
 
-  # Run the three parts in order; returns { part => seconds }.
+  # Ractor workers: each Ractor handles a few labelled "requests".
+  module Workers
+    def self.job(n)
+      Cpu.fib(n)
+    end
+
+    def self.run(scale = 1.0, ractors: 2)
+      Warning[:experimental] = false
+      requests = [(4 * scale).round, 1].max
+      Array.new(ractors) do |r|
+        Ractor.new(r, requests) do |id, count|
+          count.times.sum do |i|
+            if defined?(Rperf) then Rperf.label(worker: id, request: i % 2) { Workers.job(25) }
+            else Workers.job(25)
+            end
+          end
+        end
+      end.sum(&:take)
+    end
+  end
+
+  # Run the four parts in order; returns { part => seconds }.
   def self.run(scale: self.scale, io: nil)
     timings = {}
     { "Demo::Cpu.fib" => -> { Cpu.run(scale) },
       "Demo::Pool.work" => -> { Pool.run(scale) },
-      "Demo::Alloc.churn" => -> { Alloc.run(scale) } }.each do |name, part|
+      "Demo::Alloc.churn" => -> { Alloc.run(scale) },
+      "Demo::Workers.job" => -> { Workers.run(scale) } }.each do |name, part|
       t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
       part.call
       timings[name] = Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0

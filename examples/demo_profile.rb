@@ -50,6 +50,17 @@ else
   puts fallback_report(data)
 end
 
+# --- threads and Ractors ----------------------------------------------------
+if data[:threads]
+  weight = Hash.new(0)
+  data[:aggregated_samples].each { |_, w, seq| weight[seq] += w }
+  puts "Threads (thread_seq, Ractor, name, weight):"
+  data[:threads].each do |t|
+    printf("  %3d  Ractor %-3s %-20s %9.1f ms\n", t[:thread_seq], t[:ractor_id].zero? ? "?" : t[:ractor_id],
+           t[:name] || "-", weight[t[:thread_seq]] / 1e6)
+  end
+end
+
 # --- profile files ----------------------------------------------------------
 written = []
 if Rperf.respond_to?(:save)
