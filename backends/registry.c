@@ -1,19 +1,23 @@
 /*
  * registry.c — the table of built-in timer backends. Adding a backend is one
- * new file defining `const rperf_backend_ops_t rperf_backend_<name>` plus one
- * line in each list below. Context: any (read-only data).
+ * new file defining `const rperf_backend_ops_t rperf_backend_<name>` (CMake
+ * builds every .c file here) plus one line `X(<name>)` in RPERF_BACKENDS
+ * below, which both declares and registers it. Context: any (read-only
+ * data).
  */
 #include "rperf_backend.h"
 
 #include <string.h>
 
-extern const rperf_backend_ops_t rperf_backend_signal;
-extern const rperf_backend_ops_t rperf_backend_nanosleep;
+/* The built-in backends; the first is the default. */
+#define RPERF_BACKENDS(X) \
+    X(signal)             \
+    X(nanosleep)
 
-static const rperf_backend_ops_t *const backends[] = {
-    &rperf_backend_signal,      /* default on Linux */
-    &rperf_backend_nanosleep,
-};
+#define RPERF_DECLARE_BACKEND(name) extern const rperf_backend_ops_t rperf_backend_##name;
+RPERF_BACKENDS(RPERF_DECLARE_BACKEND)
+#define RPERF_BACKEND_ENTRY(name) &rperf_backend_##name,
+static const rperf_backend_ops_t *const backends[] = { RPERF_BACKENDS(RPERF_BACKEND_ENTRY) };
 
 size_t rperf_backend_count(void) { return sizeof(backends) / sizeof(backends[0]); }
 

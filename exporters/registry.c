@@ -4,9 +4,9 @@
  * to RPERF_EXPORTER_MAX_EXTRA exporters registered at run time.
  *
  * Adding a built-in C exporter = one new file in exporters/ defining a
- * `const rperf_exporter_ops_t rperf_exporter_<name>`, its declaration in
- * rperf_exporter.h, the file in exporters/CMakeLists.txt, and ONE line in
- * `builtins[]` below. See docs/exporters.md.
+ * `const rperf_exporter_ops_t rperf_exporter_<name>` (CMake picks up every
+ * .c file here) and ONE line `X(<name>)` in RPERF_BUILTIN_EXPORTERS below,
+ * which both declares and registers it. See docs/exporters.md.
  *
  * Context: any non-signal thread; no Ruby API.
  * CONCURRENCY: lookups are lock-free. rperf_exporter_register() takes
@@ -21,13 +21,18 @@
 
 #include "rperf_exporter.h"
 
-static const rperf_exporter_ops_t *const builtins[] = {
-    &rperf_exporter_pprof,
-    &rperf_exporter_collapsed,
-    &rperf_exporter_json,
-    &rperf_exporter_text,
-    &rperf_exporter_threads, /* the example exporter (docs/exporters.md) */
-};
+/* The built-in exporters, in listing order. */
+#define RPERF_BUILTIN_EXPORTERS(X) \
+    X(pprof)                       \
+    X(collapsed)                   \
+    X(json)                        \
+    X(text)                        \
+    X(threads) /* the example exporter (docs/exporters.md) */
+
+#define RPERF_DECLARE_EXPORTER(name) extern const rperf_exporter_ops_t rperf_exporter_##name;
+RPERF_BUILTIN_EXPORTERS(RPERF_DECLARE_EXPORTER)
+#define RPERF_EXPORTER_ENTRY(name) &rperf_exporter_##name,
+static const rperf_exporter_ops_t *const builtins[] = { RPERF_BUILTIN_EXPORTERS(RPERF_EXPORTER_ENTRY) };
 #define N_BUILTINS (sizeof builtins / sizeof builtins[0])
 
 static const rperf_exporter_ops_t *extra[RPERF_EXPORTER_MAX_EXTRA];
