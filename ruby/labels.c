@@ -2,10 +2,13 @@
  * labels.c — the run's label-set table, interned in C so that Rperf.label,
  * Rperf.labels and the result's label_sets work from any Ractor.
  *
- * A label set is a frozen, Ractor-shareable Hash (built in lib/rperf.rb:
- * values that are not shareable are copied as frozen Strings) identified by
- * a canonical key string. Ids are assigned 1, 2, 3 … in order of first
- * appearance; id 0 is the empty set. Sets are never freed during a run.
+ * A label set is a frozen, Ractor-shareable Hash (values that are not
+ * shareable are stored as frozen String copies of their to_s) identified
+ * by canonical key bytes: its pairs encoded by type and content, sorted, so
+ * equal sets in any order or encoding mix share one id. Ids are assigned
+ * 1, 2, 3 … in order of first appearance; id 0 is the empty set. Sets are
+ * never freed during a run. Applying labels to a set seen before allocates
+ * no Hash (Rperf.label per request is the common case).
  *
  * Storage is append-only: Hash VALUEs live in fixed chunks that are never
  * moved, and `count` is published with a release store after the entry is
@@ -20,7 +23,10 @@
  */
 #include "rperf_ruby.h"
 
+#include <ruby/encoding.h>
+
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,26 +119,242 @@ static int64_t intern_locked(const char *bytes, size_t len, VALUE set)
     return n;
 }
 
-/* _c_label_intern(key String, frozen shareable Hash) -> id */
-static VALUE c_label_intern(VALUE self, VALUE key, VALUE set)
+/* ---- applying Rperf.label(**labels) to a thread's current set ------------ */
+
+#define INLINE_PAIRS 32
+
+typedef struct pairs {
+    VALUE *k, *v;           /* merged pairs, in Hash order (cur, then new keys) */
+    long n, cap;
+    VALUE keep;             /* large sets: a Ruby Array keeping new values alive */
+} pairs_t;
+
+static bool same_key(VALUE a, VALUE b)
+{
+    if (a == b) return true;
+    return RB_TYPE_P(a, T_STRING) && RB_TYPE_P(b, T_STRING) && rb_str_equal(a, b) == Qtrue;
+}
+
+static void pairs_put(pairs_t *p, VALUE k, VALUE v)
+{
+    for (long i = 0; i < p->n; i++) {
+        if (!same_key(p->k[i], k)) continue;
+        if (NIL_P(v)) {            /* nil deletes the key, keeping the order */
+            memmove(p->k + i, p->k + i + 1, (size_t)(p->n - i - 1) * sizeof(VALUE));
+            memmove(p->v + i, p->v + i + 1, (size_t)(p->n - i - 1) * sizeof(VALUE));
+            p->n--;
+        } else {
+            p->v[i] = v;
+        }
+        return;
+    }
+    if (NIL_P(v) || p->n >= p->cap) return;
+    p->k[p->n] = k;
+    p->v[p->n] = v;
+    p->n++;
+}
+
+static int put_i(VALUE k, VALUE v, VALUE arg)
+{
+    pairs_put((pairs_t *)arg, k, v);
+    return ST_CONTINUE;
+}
+
+/* A value every Ractor may read: shareable values as they are, anything
+ * else as a frozen String copy of its to_s. */
+static VALUE shareable_value(VALUE v)
+{
+    if (rb_ractor_shareable_p(v)) return v;
+    VALUE s = RB_TYPE_P(v, T_STRING) ? rb_str_dup(v) : rb_str_dup(rb_obj_as_string(v));
+    return rb_str_freeze(s);
+}
+
+/* ---- canonical key bytes ---------------------------------------------------- */
+
+typedef struct buf {
+    char *p;
+    size_t len, cap;
+    char inline_[512];
+} buf_t;
+
+static void buf_put(buf_t *b, const void *src, size_t n)
+{
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap * 2 > b->len + n ? b->cap * 2 : b->len + n;
+        char *q = ruby_xmalloc(cap);
+        memcpy(q, b->p, b->len);
+        if (b->p != b->inline_) ruby_xfree(b->p);
+        b->p = q;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, src, n);
+    b->len += n;
+}
+
+static void put_tagged(buf_t *b, char tag, const void *src, size_t n)
+{
+    uint64_t len = n;
+    buf_put(b, &tag, 1);
+    buf_put(b, &len, sizeof(len));
+    buf_put(b, src, n);
+}
+
+/* One object as bytes: the same bytes iff the same label value. */
+static void put_value(buf_t *b, VALUE v)
+{
+    if (RB_TYPE_P(v, T_STRING)) {
+        int enc = rb_enc_get_index(v);
+        buf_put(b, "s", 1);
+        buf_put(b, &enc, sizeof(enc));
+        put_tagged(b, ':', RSTRING_PTR(v), (size_t)RSTRING_LEN(v));
+    } else if (RB_SYMBOL_P(v)) {
+        VALUE name = rb_sym2str(v);
+        put_tagged(b, 'y', RSTRING_PTR(name), (size_t)RSTRING_LEN(name));
+    } else if (RB_FIXNUM_P(v)) {
+        long x = FIX2LONG(v);
+        put_tagged(b, 'i', &x, sizeof(x));
+    } else if (RB_FLOAT_TYPE_P(v)) {
+        double d = RFLOAT_VALUE(v);
+        put_tagged(b, 'd', &d, sizeof(d));
+    } else if (NIL_P(v) || v == Qtrue || v == Qfalse) {
+        put_tagged(b, 'c', &v, sizeof(v));
+    } else {                     /* any other shareable object: class + inspect */
+        VALUE cls = rb_class_name(CLASS_OF(v));
+        VALUE ins = rb_inspect(v);
+        put_tagged(b, 'o', RSTRING_PTR(cls), (size_t)RSTRING_LEN(cls));
+        put_tagged(b, ':', RSTRING_PTR(ins), (size_t)RSTRING_LEN(ins));
+    }
+}
+
+static int cmp_key_bytes(const void *a, const void *b)
+{
+    const buf_t *x = *(buf_t *const *)a, *y = *(buf_t *const *)b;
+    size_t n = x->len < y->len ? x->len : y->len;
+    int c = memcmp(x->p, y->p, n);
+    return c ? c : (x->len > y->len) - (x->len < y->len);
+}
+
+/* The key of a merged set: pairs sorted by their key's bytes, so equal sets
+ * in any order give the same bytes. May call Ruby (inspect): no lock held. */
+static void canonical_key(const pairs_t *p, buf_t *out)
+{
+    buf_t kb[INLINE_PAIRS], *kp[INLINE_PAIRS];
+    long n = p->n < INLINE_PAIRS ? p->n : INLINE_PAIRS;
+    if (p->n > INLINE_PAIRS) {
+        /* rare: many keys. Order by key bytes via a Ruby sort of inspect. */
+        VALUE ks = rb_ary_new_capa(p->n);
+        for (long i = 0; i < p->n; i++) {
+            buf_t one = { .p = NULL, .len = 0, .cap = sizeof(one.inline_) };
+            one.p = one.inline_;
+            put_value(&one, p->k[i]);
+            put_value(&one, p->v[i]);
+            rb_ary_push(ks, rb_str_new(one.p, (long)one.len));
+            if (one.p != one.inline_) ruby_xfree(one.p);
+        }
+        rb_ary_sort_bang(ks);
+        for (long i = 0; i < p->n; i++) {
+            VALUE e = RARRAY_AREF(ks, i);
+            put_tagged(out, 'p', RSTRING_PTR(e), (size_t)RSTRING_LEN(e));
+        }
+        RB_GC_GUARD(ks);
+        return;
+    }
+    for (long i = 0; i < n; i++) {
+        kb[i].p = kb[i].inline_;
+        kb[i].len = 0;
+        kb[i].cap = sizeof(kb[i].inline_);
+        put_value(&kb[i], p->k[i]);
+        put_value(&kb[i], p->v[i]);
+        kp[i] = &kb[i];
+    }
+    qsort(kp, (size_t)n, sizeof(kp[0]), cmp_key_bytes);
+    for (long i = 0; i < n; i++) {
+        put_tagged(out, 'p', kp[i]->p, kp[i]->len);
+        if (kb[i].p != kb[i].inline_) ruby_xfree(kb[i].p);
+    }
+}
+
+static int64_t lookup_or_intern(const buf_t *key, VALUE set)
+{
+    pthread_mutex_lock(&mu);
+    int64_t id = intern_locked(key->p, key->len, set);
+    pthread_mutex_unlock(&mu);
+    return id;
+}
+
+/* _c_label_apply(current_id, labels Hash) -> the id of current set merged
+ * with labels (nil deletes a key). Interned by content; the frozen,
+ * shareable Hash is only built for a set not seen before in this run. */
+static VALUE c_label_apply(VALUE self, VALUE vcur, VALUE labels)
 {
     (void)self;
-    StringValue(key);
-    Check_Type(set, T_HASH);
-    if (!RB_OBJ_FROZEN(set) || !rb_ractor_shareable_p(set))
-        rb_raise(rb_eArgError, "rperf: a label set must be a shareable frozen Hash");
-    if (RHASH_SIZE(set) == 0) return INT2FIX(0);
-    /* copy the key out of the Ruby string before taking the lock */
-    long len = RSTRING_LEN(key);
-    char stackbuf[256];
-    char *bytes = len <= (long)sizeof(stackbuf) ? stackbuf : ruby_xmalloc((size_t)len);
-    memcpy(bytes, RSTRING_PTR(key), (size_t)len);
+    Check_Type(labels, T_HASH);
+    uint32_t cur_id = NUM2UINT(vcur);
+    VALUE cur = cur_id && cur_id < atomic_load_explicit(&count, memory_order_acquire) ? entry_at(cur_id) : Qnil;
+    long max = RHASH_SIZE(labels) + (NIL_P(cur) ? 0 : (long)RHASH_SIZE(cur));
+    VALUE kin[INLINE_PAIRS], vin[INLINE_PAIRS];
+    pairs_t p = { kin, vin, 0, INLINE_PAIRS, Qnil };
+    if (max > INLINE_PAIRS) {
+        /* Pairs come from cur and labels (alive); values made below are
+         * also pushed to p.keep, since heap memory is not scanned by GC. */
+        p.keep = rb_ary_new();
+        p.k = ruby_xmalloc2((size_t)max, sizeof(VALUE));
+        p.v = ruby_xmalloc2((size_t)max, sizeof(VALUE));
+        p.cap = max;
+    }
+    if (!NIL_P(cur)) rb_hash_foreach(cur, put_i, (VALUE)&p);
+    rb_hash_foreach(labels, put_i, (VALUE)&p);
+    if (p.n == 0) {
+        if (p.k != kin) {
+            ruby_xfree(p.k);
+            ruby_xfree(p.v);
+        }
+        return INT2FIX(0);
+    }
+    for (long i = 0; i < p.n; i++) {
+        VALUE v = shareable_value(p.v[i]);
+        if (v != p.v[i] && !NIL_P(p.keep)) rb_ary_push(p.keep, v);
+        p.v[i] = v;
+        if (!rb_ractor_shareable_p(p.k[i])) {
+            VALUE k = shareable_value(p.k[i]);
+            if (!NIL_P(p.keep)) rb_ary_push(p.keep, k);
+            p.k[i] = k;
+        }
+    }
+    buf_t key = { .p = NULL, .len = 0, .cap = sizeof(key.inline_) };
+    key.p = key.inline_;
+    canonical_key(&p, &key);
+    /* Seen before: no Hash to build (the common case, e.g. per request). */
+    int64_t id = -1;
     pthread_mutex_lock(&mu);
-    int64_t id = intern_locked(bytes, (size_t)len, set);
+    if (index_cap && index_tab) {
+        uint64_t h = fnv1a(key.p, key.len);
+        for (size_t i = h & (index_cap - 1); index_tab[i]; i = (i + 1) & (index_cap - 1)) {
+            label_key_t *k = &keys[index_tab[i] - 1];
+            if (k->hash == h && k->len == key.len && memcmp(k->bytes, key.p, key.len) == 0) {
+                id = index_tab[i] - 1;
+                break;
+            }
+        }
+    }
     pthread_mutex_unlock(&mu);
-    if (bytes != stackbuf) ruby_xfree(bytes);
+    if (id < 0) {
+        VALUE set = rb_hash_new_capa(p.n);
+        for (long i = 0; i < p.n; i++) rb_hash_aset(set, p.k[i], p.v[i]);
+        rb_obj_freeze(set);
+        rb_ractor_make_shareable(set);
+        id = lookup_or_intern(&key, set);   /* re-checks: another thread may have won */
+        RB_GC_GUARD(set);
+    }
+    if (key.p != key.inline_) ruby_xfree(key.p);
+    if (p.k != kin) {
+        ruby_xfree(p.k);
+        ruby_xfree(p.v);
+    }
+    RB_GC_GUARD(p.keep);
+    RB_GC_GUARD(labels);
+    RB_GC_GUARD(cur);
     if (id < 0) rb_raise(rb_eNoMemError, "rperf: failed to allocate a label set");
-    RB_GC_GUARD(set);
     return UINT2NUM((uint32_t)id);
 }
 
@@ -186,6 +408,6 @@ void rperf_rb_labels_init(VALUE m)
         keys = calloc(keys_cap, sizeof(*keys));
     }
     atomic_store(&count, 1);
-    rb_define_module_function(m, "_c_label_intern", c_label_intern, 2);
+    rb_define_module_function(m, "_c_label_apply", c_label_apply, 2);
     rb_define_module_function(m, "_c_label_set", c_label_set, 1);
 }

@@ -101,15 +101,12 @@ module Rperf
 
     # Merge labels into the current thread's label set (nil deletes a key).
     # With a block, the previous set is restored afterwards. Works in any
-    # Ractor: label sets are interned in C as frozen shareable Hashes (a
-    # value that is not shareable is stored as a frozen String copy).
+    # Ractor: label sets are interned in C (ruby/labels.c) as frozen
+    # shareable Hashes (a value that is not shareable is stored as a frozen
+    # String copy of its to_s).
     def label(**labels, &block)
       current_id = _c_get_label
-      if running?
-        merged = _c_label_set(current_id).merge(labels).reject { |_, v| v.nil? }
-        merged.transform_values! { |v| Ractor.shareable?(v) ? v : v.to_s.dup.freeze }
-        _c_set_label(merged.empty? ? 0 : _c_label_intern(label_key(merged), Ractor.make_shareable(merged)))
-      end
+      _c_set_label(_c_label_apply(current_id, labels)) if running?
       return nil unless block
 
       begin
@@ -195,13 +192,6 @@ module Rperf
 
       raise RuntimeError, "Rperf.#{what} must be called from the main Ractor " \
                           "(Rperf.label, Rperf.labels and Rperf.running? work in any Ractor)"
-    end
-
-    # Canonical identity of a label set: equal Hashes (in any order) give
-    # the same key.
-    def label_key(hash)
-      hash.map { |k, v| [k.to_s, v.class.name, v.is_a?(String) ? v : v.inspect] }
-          .sort.map { |parts| parts.join("\0") }.join("\1")
     end
 
     def finish_result(data)

@@ -76,6 +76,31 @@ class TestLabels < Test::Unit::TestCase
     assert(rperf_samples_with(result, "Object#rperf_labelled_work").all? { |s| s[3] == id })
   end
 
+  # Label sets are interned by content: equal sets share one id whatever the
+  # key order or the values' encodings; values that are not shareable are
+  # stored as frozen String copies.
+  def test_label_sets_interned_by_content
+    Rperf.start(frequency: 100)
+    mutable = +"GET /a"
+    ids = []
+    Rperf.label(a: 1, b: "\xff".b, c: "ü") { ids << Rperf.send(:_c_get_label) }
+    Rperf.label(c: "ü", a: 1, b: "\xff".b) { ids << Rperf.send(:_c_get_label) }
+    Rperf.label(a: 1, b: "\xfe".b, c: "ü") { ids << Rperf.send(:_c_get_label) }
+    Rperf.label(path: mutable) do
+      ids << Rperf.send(:_c_get_label)
+      assert_predicate(Rperf.labels[:path], :frozen?, "a mutable String is stored frozen")
+      assert(Ractor.shareable?(Rperf.labels), "label sets are shareable")
+    end
+    mutable << "/changed"
+    Rperf.label(path: "GET /a") { ids << Rperf.send(:_c_get_label) }
+    assert_equal(ids[0], ids[1], "key order does not matter")
+    assert_not_equal(ids[0], ids[2], "different bytes are a different set")
+    assert_equal(ids[3], ids[4], "the stored copy is not affected by later mutation")
+    sets = Rperf.stop[:label_sets]
+    assert_equal({ a: 1, b: "\xff".b, c: "ü" }, sets[ids[0]])
+    assert_equal({ path: "GET /a" }, sets[ids[3]])
+  end
+
   def test_labels_when_not_running
     assert_equal({}, Rperf.labels)
     ran = false
