@@ -84,10 +84,11 @@ struct rperf_thread {
     int64_t gc_enter_wall;
     int64_t gc_enter_cpu;
 
-    /* ring: producer = the thread itself, consumer = the worker */
-    ck_ring_t ring;
-    ck_ring_buffer_t *buf;
-    uint32_t slots;
+    /* ring: producer = the thread itself, consumer = the worker. A chain of
+     * segments (ring.c): the producer writes the last, the consumer drains
+     * the first; a full segment is followed by one 4x larger. */
+    struct rperf_ring_seg *prod;            /* producer only */
+    struct rperf_ring_seg *_Atomic cons;    /* consumer writes, marker reads */
     _Atomic uint64_t dropped;
 
     /* consumer-side partial state (worker only) */
@@ -112,6 +113,16 @@ struct rperf_thread {
 };
 
 /* ---- ring encoding (ring.c) --------------------------------------------- */
+
+#define RPERF_RING_MAX_SLOTS (1u << 16)   /* a segment grows up to 512 KiB */
+
+typedef struct rperf_ring_seg {
+    ck_ring_t ring;
+    ck_ring_buffer_t *buf;
+    uint32_t slots;
+    struct rperf_ring_seg *_Atomic next;   /* published by the producer */
+    ck_epoch_entry_t epoch_entry;
+} rperf_ring_seg_t;
 
 /* A sample occupies 3 tagged header words followed by `depth` frame words.
  * Tagged words have bit 0 set, frames never do (heap VALUEs are aligned),

@@ -9,8 +9,13 @@
  *   w0 = label_set_id << 32 | depth << 16 | type << 4 | 1
  *   w1 = weight << 1 | 1           w2 = monotonic ns << 1 | 1
  *   depth frame words (untagged VALUEs), leaf first.
- * A full ring never blocks: the sample is dropped and counted, and the
- * caller keeps its weight pending (it does not advance its clocks).
+ * A full ring never blocks. It grows instead: the producer chains a segment
+ * 4x larger (up to RPERF_RING_MAX_SLOTS words) and writes there, the
+ * consumer moves on once the old one is drained and frees it through the
+ * epoch. So idle threads keep the small default while a busy thread whose
+ * worker is slow to get a CPU keeps its samples. At the limit the sample is
+ * dropped and counted, and the caller keeps its weight pending (it does not
+ * advance its clocks).
  *
  * The memory-ordering contract with the mark function is in
  * docs/architecture.md ("GC safety"): a frame value is always in at least one
@@ -24,58 +29,136 @@
 #define TAG(x) (((uintptr_t)(x) << 1) | 1u)
 #define UNTAG(x) ((int64_t)((x) >> 1))
 
+static rperf_ring_seg_t *seg_new(uint32_t slots)
+{
+    rperf_ring_seg_t *seg = rperf__calloc(1, sizeof(*seg));
+    if (!seg) return NULL;
+    seg->buf = rperf__calloc(slots, sizeof(ck_ring_buffer_t));
+    if (!seg->buf) {
+        rperf__free(seg, sizeof(*seg));
+        return NULL;
+    }
+    seg->slots = slots;
+    ck_ring_init(&seg->ring, slots);
+    return seg;
+}
+
+static void seg_free(rperf_ring_seg_t *seg)
+{
+    rperf__free(seg->buf, (size_t)seg->slots * sizeof(ck_ring_buffer_t));
+    rperf__free(seg, sizeof(*seg));
+}
+
+static void seg_free_cb(ck_epoch_entry_t *e)
+{
+    RPERF_EPOCH_RECLAIM();
+    seg_free((rperf_ring_seg_t *)((char *)e - offsetof(rperf_ring_seg_t, epoch_entry)));
+}
+
 int rperf__ring_init(rperf_thread_t *pt, uint32_t slots)
 {
-    pt->buf = rperf__calloc(slots, sizeof(ck_ring_buffer_t));
-    if (!pt->buf) return -1;
-    pt->slots = slots;
-    ck_ring_init(&pt->ring, slots);
+    rperf_ring_seg_t *seg = seg_new(slots);
+    if (!seg) return -1;
+    pt->prod = seg;
+    atomic_store_explicit(&pt->cons, seg, memory_order_release);
     return 0;
 }
 
+/* The thread is unreachable (no producer, consumer or marker left). */
 void rperf__ring_free(rperf_thread_t *pt)
 {
-    if (pt->buf) rperf__free(pt->buf, (size_t)pt->slots * sizeof(ck_ring_buffer_t));
-    pt->buf = NULL;
+    rperf_ring_seg_t *seg = atomic_load_explicit(&pt->cons, memory_order_relaxed);
+    while (seg) {
+        rperf_ring_seg_t *next = atomic_load_explicit(&seg->next, memory_order_relaxed);
+        seg_free(seg);
+        seg = next;
+    }
+    pt->prod = NULL;
+    atomic_store_explicit(&pt->cons, NULL, memory_order_relaxed);
+}
+
+/* own: the producer's segment cannot take `need` more words. Chain a segment
+ * 4x larger (up to RPERF_RING_MAX_SLOTS) so a busy thread whose worker is
+ * slow to get a CPU keeps its samples; NULL when at the limit (or out of
+ * memory): the caller drops the sample. The last write to the old segment
+ * happens before `next` is published (release). */
+static rperf_ring_seg_t *ring_grow(rperf_thread_t *pt, unsigned need)
+{
+    uint32_t slots = pt->prod->slots;
+    if (slots >= RPERF_RING_MAX_SLOTS) return NULL;
+    slots = slots * 4 > RPERF_RING_MAX_SLOTS ? RPERF_RING_MAX_SLOTS : slots * 4;
+    if (need + 1 > slots) return NULL;
+    rperf_ring_seg_t *seg = seg_new(slots);
+    if (!seg) return NULL;
+    atomic_store_explicit(&pt->prod->next, seg, memory_order_release);
+    pt->prod = seg;
+    return seg;
 }
 
 /* own */
 bool rperf__ring_push(rperf_thread_t *pt, rperf_sample_type_t type, int64_t weight,
                       int64_t mono_ns, const rperf_frame_t *frames, int depth)
 {
-    unsigned used = ck_ring_size(&pt->ring);
+    rperf_ring_seg_t *seg = pt->prod;
+    unsigned used = ck_ring_size(&seg->ring);
     unsigned need = 3u + (unsigned)depth;
-    unsigned cap = pt->slots - 1;            /* ck_ring keeps one slot free */
+    unsigned cap = seg->slots - 1;           /* ck_ring keeps one slot free */
     if (used + need > cap) {
-        atomic_fetch_add_explicit(&pt->dropped, 1, memory_order_relaxed);
         rperf__worker_wake();
-        return false;
+        seg = ring_grow(pt, need);
+        if (!seg) {
+            atomic_fetch_add_explicit(&pt->dropped, 1, memory_order_relaxed);
+            return false;
+        }
+        used = 0;
+        cap = seg->slots - 1;
     }
     uint32_t label = atomic_load_explicit(&pt->label_set_id, memory_order_relaxed);
     uintptr_t w0 = ((uintptr_t)label << 32) | ((uintptr_t)depth << 16) |
                    ((uintptr_t)type << 4) | 1u;
     /* Each enqueue publishes its slot with a store fence; the consumer only
      * takes a sample once all of its words are visible (ring_drain). */
-    ck_ring_enqueue_spsc(&pt->ring, pt->buf, (void *)w0);
-    ck_ring_enqueue_spsc(&pt->ring, pt->buf, (void *)TAG(weight));
-    ck_ring_enqueue_spsc(&pt->ring, pt->buf, (void *)TAG(mono_ns));
+    ck_ring_enqueue_spsc(&seg->ring, seg->buf, (void *)w0);
+    ck_ring_enqueue_spsc(&seg->ring, seg->buf, (void *)TAG(weight));
+    ck_ring_enqueue_spsc(&seg->ring, seg->buf, (void *)TAG(mono_ns));
     for (int i = 0; i < depth; i++)
-        ck_ring_enqueue_spsc(&pt->ring, pt->buf, (void *)frames[i]);
+        ck_ring_enqueue_spsc(&seg->ring, seg->buf, (void *)frames[i]);
     if (used + need > cap / 2) rperf__worker_wake();
     return true;
 }
 
 /* worker */
+/* worker: move to the next segment once the current one is drained. The
+ * producer wrote its last sample into `seg` before publishing `next`, so
+ * with `next` seen (acquire), an empty `seg` stays empty. The drained
+ * segment is freed after a grace period (the marker may be reading it). */
+static rperf_ring_seg_t *next_segment(rperf_thread_t *pt, rperf_ring_seg_t *seg)
+{
+    if (pt->c_have_hdr) return NULL;
+    rperf_ring_seg_t *next = atomic_load_explicit(&seg->next, memory_order_acquire);
+    if (!next || ck_ring_size(&seg->ring) != 0) return NULL;
+    atomic_store_explicit(&pt->cons, next, memory_order_release);
+    ck_epoch_call(&rperf__epoch_worker, &seg->epoch_entry, seg_free_cb);
+    return next;
+}
+
 size_t rperf__ring_drain(rperf_thread_t *pt, rperf_drain_sink sink, void *ctx)
 {
     uint32_t ids[RPERF_MAX_DEPTH];
     size_t n = 0;
+    rperf_ring_seg_t *seg = atomic_load_explicit(&pt->cons, memory_order_relaxed);
+    if (!seg) return 0;
     for (;;) {
         if (!pt->c_have_hdr) {
-            if (ck_ring_size(&pt->ring) < 3) break;
+            if (ck_ring_size(&seg->ring) < 3) {
+                rperf_ring_seg_t *next = next_segment(pt, seg);
+                if (!next) break;
+                seg = next;
+                continue;
+            }
             for (int i = 0; i < 3; i++) {
                 void *w = NULL;
-                ck_ring_dequeue_spsc(&pt->ring, pt->buf, &w);
+                ck_ring_dequeue_spsc(&seg->ring, seg->buf, &w);
                 pt->c_hdr[i] = (uintptr_t)w;
             }
             pt->c_have_hdr = 1;
@@ -87,11 +170,11 @@ size_t rperf__ring_drain(rperf_thread_t *pt, rperf_drain_sink sink, void *ctx)
         d.label_set_id = (uint32_t)(w0 >> 32);
         d.weight = UNTAG(pt->c_hdr[1]);
         d.mono_ns = UNTAG(pt->c_hdr[2]);
-        if (ck_ring_size(&pt->ring) < d.depth) break;   /* producer mid-write */
+        if (ck_ring_size(&seg->ring) < d.depth) break;   /* producer mid-write */
         for (uint32_t i = 0; i < d.depth; i++) {
             /* Dequeue straight into the marker-visible in-flight slot: the
              * value is copied there before the consumer head moves past it. */
-            ck_ring_dequeue_spsc(&pt->ring, pt->buf, (void *)&rperf__inflight);
+            ck_ring_dequeue_spsc(&seg->ring, seg->buf, (void *)&rperf__inflight);
             ids[i] = rperf__frames_intern(rperf__inflight);
         }
         pt->c_have_hdr = 0;
@@ -103,21 +186,25 @@ size_t rperf__ring_drain(rperf_thread_t *pt, rperf_drain_sink sink, void *ctx)
 
 bool rperf__ring_idle(rperf_thread_t *pt)
 {
-    return !pt->c_have_hdr && ck_ring_size(&pt->ring) == 0;
+    rperf_ring_seg_t *seg = atomic_load_explicit(&pt->cons, memory_order_relaxed);
+    return !pt->c_have_hdr && ck_ring_size(&seg->ring) == 0 &&
+           atomic_load_explicit(&seg->next, memory_order_acquire) == NULL;
 }
 
 /* GVL held inside GC (marker). Lock-free: reads the consumer head and the
  * producer tail with acquire loads; slots in between are fully written. */
 void rperf__ring_mark(rperf_thread_t *pt, void (*mark)(rperf_frame_t))
 {
-    if (!pt->buf) return;
-    unsigned c = ck_pr_load_uint(&pt->ring.c_head);
-    ck_pr_fence_load();
-    unsigned p = ck_pr_load_uint(&pt->ring.p_tail);
-    ck_pr_fence_load();
-    unsigned mask = pt->ring.mask;
-    for (unsigned i = c; i != p; i++) {
-        uintptr_t w = (uintptr_t)ck_pr_load_ptr(&pt->buf[i & mask].value);
-        if (w != 0 && (w & 7u) == 0) mark(w);
+    for (rperf_ring_seg_t *seg = atomic_load_explicit(&pt->cons, memory_order_acquire); seg;
+         seg = atomic_load_explicit(&seg->next, memory_order_acquire)) {
+        unsigned c = ck_pr_load_uint(&seg->ring.c_head);
+        ck_pr_fence_load();
+        unsigned p = ck_pr_load_uint(&seg->ring.p_tail);
+        ck_pr_fence_load();
+        unsigned mask = seg->ring.mask;
+        for (unsigned i = c; i != p; i++) {
+            uintptr_t w = (uintptr_t)ck_pr_load_ptr(&seg->buf[i & mask].value);
+            if (w != 0 && (w & 7u) == 0) mark(w);
+        }
     }
 }

@@ -32,7 +32,7 @@ static const rb_data_type_t profiler_type = {
 static void fork_reset_if_needed(void)
 {
     if (!rperf_engine_needs_fork_reset()) return;
-    rperf_rb_hooks_remove();
+    rperf_rb_hooks_after_fork_child();
     rperf_engine_fork_reset();
     rb_internal_thread_specific_set(rb_thread_current(), rperf_rb_key, NULL);
 }

@@ -106,9 +106,25 @@ void rperf_rb_gc_hook_reregister(void)
     rb_add_event_hook(gc_hook, GC_EVENTS, Qnil);
 }
 
+/* Set in a fork child: the thread hook stays installed for good (it does
+ * nothing while stopped). Ruby 3.3 does not re-initialise the hooks' rwlock
+ * after fork, and a parent thread that was inside a hook callback at fork
+ * time (another Ractor's native thread, typically under M:N) leaves it
+ * read-locked forever in the child, so removing (write-locking) would hang. */
+static int keep_thread_hook;
+
+void rperf_rb_hooks_after_fork_child(void)
+{
+    keep_thread_hook = 1;
+    if (gc_hook_installed) {
+        rb_remove_event_hook(gc_hook);
+        gc_hook_installed = 0;
+    }
+}
+
 void rperf_rb_hooks_remove(void)
 {
-    if (thread_hook_handle) {
+    if (thread_hook_handle && !keep_thread_hook) {
         rb_internal_thread_remove_event_hook(thread_hook_handle);
         thread_hook_handle = NULL;
     }

@@ -24,6 +24,7 @@ rperf_thread_t *rperf_rb_current_thread(bool create);
 /* hooks.c */
 void rperf_rb_hooks_install(void);
 void rperf_rb_hooks_remove(void);
+void rperf_rb_hooks_after_fork_child(void);
 void rperf_rb_gc_hook_register_here(void);
 void rperf_rb_gc_hook_reregister(void);
 uint64_t rperf_rb_gc_starts(void);

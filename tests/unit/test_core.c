@@ -70,40 +70,47 @@ RPERF_TEST(ring_wraps_and_preserves_samples)
     rperf__frames_destroy();
 }
 
-RPERF_TEST(full_ring_drops_and_counts)
+RPERF_TEST(full_ring_grows_then_drops_and_counts)
 {
     setup();
     rperf_thread_t *pt = make_thread(1024);
     rperf_frame_t frames[97];
     for (int i = 0; i < 97; i++) frames[i] = fake_frame(i);
     int pushed = 0;
-    while (rperf__ring_push(pt, RPERF_SAMPLE_NORMAL, 1, 1, frames, 97)) pushed++;
-    /* 100 words per sample, 1023 usable words */
-    RPERF_CHECK_EQ(pushed, 10);
+    while (rperf__ring_push(pt, RPERF_SAMPLE_NORMAL, 1 + pushed, 1, frames, 97)) pushed++;
+    /* 100 words per sample; segments of 1024, 4096, 16384 and 65536 words
+     * (one slot of each kept free by ck_ring) before the first drop */
+    RPERF_CHECK_EQ(pushed, 10 + 40 + 163 + 655);
+    RPERF_CHECK_EQ(pt->prod->slots, RPERF_RING_MAX_SLOTS);
     RPERF_CHECK_EQ(atomic_load(&pt->dropped), 1);
     RPERF_CHECK(!rperf__ring_push(pt, RPERF_SAMPLE_GC_MARKING, 1, 1, frames, 97));
     RPERF_CHECK_EQ(atomic_load(&pt->dropped), 2);
+    /* the consumer drains every segment in order and lands on the last */
     collected_t c = { 0 };
-    RPERF_CHECK_EQ(rperf__ring_drain(pt, collect, &c), 10);
+    RPERF_CHECK_EQ(rperf__ring_drain(pt, collect, &c), pushed);
+    RPERF_CHECK_EQ(c.last.weight, pushed);
+    RPERF_CHECK(atomic_load(&pt->cons) == pt->prod);
+    RPERF_CHECK(rperf__ring_idle(pt));
     RPERF_CHECK(rperf__ring_push(pt, RPERF_SAMPLE_GC_SWEEPING, 7, 9, frames, 3));
     RPERF_CHECK_EQ(rperf__ring_drain(pt, collect, &c), 1);
     RPERF_CHECK_EQ(c.last.type, RPERF_SAMPLE_GC_SWEEPING);
     RPERF_CHECK_EQ(c.last.weight, 7);
+    ck_epoch_barrier(&rperf__epoch_worker);   /* frees the drained segments */
     rperf__thread_destroy(pt);
     rperf__frames_destroy();
 }
 
 static int marked_count;
-static rperf_frame_t marked[64];
+static rperf_frame_t marked[2048];
 static void mark_fn(rperf_frame_t v)
 {
-    if (marked_count < 64) marked[marked_count] = v;
+    if (marked_count < 2048) marked[marked_count] = v;
     marked_count++;
 }
 
 static bool was_marked(rperf_frame_t v)
 {
-    for (int i = 0; i < marked_count && i < 64; i++)
+    for (int i = 0; i < marked_count && i < 2048; i++)
         if (marked[i] == v) return true;
     return false;
 }
@@ -128,6 +135,28 @@ RPERF_TEST(mark_sees_frames_in_rings_and_table_but_no_header_words)
     rperf_engine_mark(mark_fn);
     RPERF_CHECK(was_marked(fake_frame(1)) && was_marked(fake_frame(2)) && was_marked(fake_frame(3)));
     RPERF_CHECK(!was_marked(0x200000) && !was_marked(0x300000));
+    atomic_store(&rperf__engine.running, 0);
+    atomic_store(&rperf__threads, NULL);
+    rperf__thread_destroy(pt);
+    rperf__frames_destroy();
+}
+
+RPERF_TEST(mark_sees_frames_in_every_segment)
+{
+    setup();
+    rperf_thread_t *pt = make_thread(1024);
+    atomic_store(&rperf__threads, pt);
+    atomic_store(&rperf__engine.running, 1);
+    rperf_frame_t a[97], b[97];
+    for (int i = 0; i < 97; i++) a[i] = fake_frame(i);
+    for (int i = 0; i < 97; i++) b[i] = fake_frame(500 + i);
+    for (int k = 0; k < 10; k++) RPERF_CHECK(rperf__ring_push(pt, RPERF_SAMPLE_NORMAL, 1, 1, a, 97));
+    RPERF_CHECK(rperf__ring_push(pt, RPERF_SAMPLE_NORMAL, 1, 1, b, 97));   /* second segment */
+    RPERF_CHECK(atomic_load(&pt->cons) != pt->prod);
+    marked_count = 0;
+    rperf_engine_mark(mark_fn);
+    RPERF_CHECK(was_marked(fake_frame(0)) && was_marked(fake_frame(500)));
+    RPERF_CHECK_EQ(marked_count, 11 * 97);
     atomic_store(&rperf__engine.running, 0);
     atomic_store(&rperf__threads, NULL);
     rperf__thread_destroy(pt);
@@ -221,7 +250,8 @@ RPERF_TEST(synthetic_frames_go_to_the_leaf)
 int main(void)
 {
     return RPERF_RUN(RPERF_CASE(ring_wraps_and_preserves_samples),
-                     RPERF_CASE(full_ring_drops_and_counts),
+                     RPERF_CASE(full_ring_grows_then_drops_and_counts),
+                     RPERF_CASE(mark_sees_frames_in_every_segment),
                      RPERF_CASE(mark_sees_frames_in_rings_and_table_but_no_header_words),
                      RPERF_CASE(aggregation_merges_equal_keys_only),
                      RPERF_CASE(raw_mode_keeps_every_sample_in_time_order),
