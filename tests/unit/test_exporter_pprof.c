@@ -346,14 +346,22 @@ RPERF_TEST(pprof_fixture_structure)
     free(data);
 }
 
-RPERF_TEST(pprof_functions_lines_comments)
+/* Encode the shared fixture and decode it into `pr`; NULL on failure. */
+static unsigned char *fixture_decoded(void)
 {
     rperf_profile_view_t v = fx_view();
     size_t len = 0;
     unsigned char *data = export_pprof(&v, 0, &len);
+    if (data)
+        decode(&pr, data, len);
+    return data;
+}
+
+RPERF_TEST(pprof_functions_lines_comments)
+{
+    unsigned char *data = fixture_decoded();
     if (!data)
         return;
-    decode(&pr, data, len);
     /* function 2 = Foo#bar app.rb start_line 10; location 2 line 10 */
     int seen = 0;
     for (size_t i = 0; i < pr.nfn; i++) {
@@ -385,12 +393,9 @@ RPERF_TEST(pprof_functions_lines_comments)
 
 RPERF_TEST(pprof_samples_labels_merge)
 {
-    rperf_profile_view_t v = fx_view();
-    size_t len = 0;
-    unsigned char *data = export_pprof(&v, 0, &len);
+    unsigned char *data = fixture_decoded();
     if (!data)
         return;
-    decode(&pr, data, len);
     static const uint64_t st0[] = {2, 1}, st1[] = {3, 2, 1}, st3[] = {5, 6, 1};
     int a = find_sample(&pr, st0, 2, 1);
     RPERF_CHECK(a >= 0);
