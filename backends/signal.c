@@ -17,7 +17,7 @@
  * Contexts: start/stop run with the GVL held;
  * thread_resumed/thread_suspended run in thread hooks on the thread itself
  * (no Ruby API); the key destructor runs when a native thread exits;
- * after_fork_child runs inside fork() in the child.
+ * after_fork_child and the atfork handlers run inside fork().
  *
  * Stop: timers are deleted first, then tick_signal.c restores the action
  * (through SIG_IGN, which discards instances still pending on any thread).
@@ -140,10 +140,22 @@ static void thread_suspended(void)
     timer_settime(t->timer, 0, &off, &t->left);
 }
 
+/* ---- fork (pthread_atfork) ---------------------------------------------------
+ * The registry lock is held across fork(), so the child never inherits it
+ * locked by another thread (its first start would deadlock), and made anew
+ * in the child. */
+
+static void fork_prepare(void) { pthread_mutex_lock(&lock); }
+static void fork_parent(void) { pthread_mutex_unlock(&lock); }
+static void fork_child(void) { pthread_mutex_init(&lock, NULL); }
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static void register_atfork(void) { pthread_atfork(fork_prepare, fork_parent, fork_child); }
+
 /* ---- lifecycle (GVL held) -------------------------------------------------- */
 
 static int sig_start(const rperf_backend_config_t *cfg, char *err, size_t errlen)
 {
+    pthread_once(&atfork_once, register_atfork);
     interval_ns = cfg->interval_ns;
     if (rperf_tick_signal_install(cfg->signo, err, errlen) < 0) return -1;
     atomic_fetch_add(&gen, 1);

@@ -67,7 +67,6 @@ struct rperf_thread {
     uint32_t seq;
     _Atomic uint32_t label_set_id;
     int32_t native_tid;
-    uintptr_t handle;              /* Thread VALUE; cleared at EXITED */
     uint64_t run_id;
 
     /* clocks: written only by the thread itself (own context) */
@@ -184,7 +183,11 @@ void rperf__thread_info(const rperf_thread_t *pt, rperf_result_thread_t *out);
 void rperf__archive_clear(void);
 size_t rperf__archive_count(void);
 const rperf_result_thread_t *rperf__archive_at(size_t i);
-void rperf__threads_free_all(bool detach);
+void rperf__threads_free_all(void);
+/* thread_seq -> state of the current run (thread_index.c) */
+int rperf__index_put(rperf_thread_t *pt);
+void rperf__index_clear(const rperf_thread_t *pt);
+void rperf__index_reset(void);
 void rperf__gc_reset(void);
 void rperf__sample_settle(rperf_thread_t *pt);
 void rperf__thread_retire(rperf_thread_t *prev, rperf_thread_t *pt);

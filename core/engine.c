@@ -88,17 +88,17 @@ static void reset_counters(void)
     rperf__engine.start_mono_ns = rperf__mono_ns();
 }
 
-static void free_run(bool detach)
+static void free_run(void)
 {
     rperf__frames_destroy();
     rperf__agg_destroy();
-    rperf__threads_free_all(detach);
+    rperf__threads_free_all();
     rperf__archive_clear();
     atomic_store(&rperf__engine.has_results, 0);
 }
 
-int rperf_engine_start(const rperf_config_t *cfg, uintptr_t caller_handle,
-                       rperf_thread_t **caller, char *err, size_t errlen)
+int rperf_engine_start(const rperf_config_t *cfg, rperf_thread_t **caller,
+                       char *err, size_t errlen)
 {
     if (rperf_engine_needs_fork_reset()) rperf_engine_fork_reset();
     if (atomic_load(&rperf__engine.running)) {
@@ -138,19 +138,28 @@ int rperf_engine_start(const rperf_config_t *cfg, uintptr_t caller_handle,
         atomic_store(&rperf__engine.running, 0);
         while (atomic_load(&rperf__engine.inflight) > 0) sched_yield();
         rperf__worker_stop();
-        rperf__threads_free_all(true);
-        rperf__frames_destroy();
-        rperf__agg_destroy();
+        free_run();
         return -1;
     }
-    *caller = rperf_thread_new(caller_handle, RPERF_THREAD_CURRENT);
+    *caller = rperf_thread_new(RPERF_THREAD_CURRENT);
     if (!*caller) {
         rperf_engine_stop();
-        free_run(false);
+        free_run();
         snprintf(err, errlen, "rperf: failed to allocate thread state");
         return -1;
     }
     return 0;
+}
+
+/* Sampling off, then wait for jobs, hooks and label calls of every Ractor
+ * that entered before, then the backend and the worker. */
+static void halt(void)
+{
+    atomic_store(&rperf__engine.running, 0);
+    while (atomic_load(&rperf__engine.inflight) > 0) sched_yield();
+    rperf__engine.cfg.backend->stop();
+    rperf__worker_stop();
+    atomic_store(&rperf__engine.has_results, 1);
 }
 
 int rperf_engine_stop(void)
@@ -159,19 +168,19 @@ int rperf_engine_stop(void)
     /* Settle the caller's last partial interval while sampling is on. */
     rperf_thread_t *self = rperf_current_thread_sigsafe();
     if (self) rperf__sample_settle(self);
-    atomic_store(&rperf__engine.running, 0);
-    /* Wait for jobs and hooks of other Ractors that entered before. */
-    while (atomic_load(&rperf__engine.inflight) > 0) sched_yield();
-    rperf__engine.cfg.backend->stop();
-    rperf__worker_stop();
-    atomic_store(&rperf__engine.has_results, 1);
+    halt();
     return 0;
+}
+
+void rperf_engine_halt(void)
+{
+    if (atomic_load(&rperf__engine.running)) halt();
 }
 
 void rperf_engine_release(void)
 {
     if (!atomic_load(&rperf__engine.has_results)) return;
-    free_run(true);
+    free_run();
 }
 
 void rperf_engine_pause(void)
@@ -186,6 +195,9 @@ void rperf_engine_resume(bool clear)
     if (clear) {
         rperf__agg_clear();
         reset_counters();
+        atomic_store(&rperf__engine.dropped_retired, 0);
+        for (rperf_thread_t *pt = atomic_load(&rperf__threads); pt; pt = atomic_load(&pt->next))
+            atomic_store(&pt->dropped, 0);
     }
     rperf__worker_resume();
 }
@@ -193,14 +205,10 @@ void rperf_engine_resume(bool clear)
 void rperf_engine_fork_reset(void)
 {
     if (!atomic_exchange(&rperf__engine.fork_reset_needed, 0)) return;
-    /* Other threads' Ruby objects are dead in the child: do not touch them.
-     * The host detaches the current thread itself. */
+    /* Nothing here touches Ruby objects: the tokens threads carry are stale
+     * since fork_child bumped the run id. */
     rperf__epoch_reset();
-    rperf__frames_destroy();
-    rperf__agg_destroy();
-    rperf__threads_free_all(false);
-    rperf__archive_clear();
-    atomic_store(&rperf__engine.has_results, 0);
+    free_run();
 }
 
 void rperf_engine_stats(rperf_stats_t *out)

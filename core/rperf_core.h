@@ -68,9 +68,6 @@ typedef struct rperf_host {
      * not know yet; request the job if this native thread runs Ruby code
      * (the job then registers the thread it runs on). */
     void (*trigger_register)(void);
-    /* GVL held (stop/fork reset): forget the per-thread pointer stored on
-     * the Ruby thread `handle`. */
-    void (*detach)(uintptr_t handle);
 } rperf_host_t;
 
 typedef struct rperf_config {
@@ -100,11 +97,14 @@ typedef struct rperf_stats {
 /* Once, from Init_: allocator choice, fork handlers. Returns 0 or -1. */
 int rperf_engine_init(const rperf_host_t *host);
 /* Start a run. On failure returns -1 with a message in err; nothing runs. */
-int rperf_engine_start(const rperf_config_t *cfg, uintptr_t caller_handle,
-                       rperf_thread_t **caller, char *err, size_t errlen);
+int rperf_engine_start(const rperf_config_t *cfg, rperf_thread_t **caller,
+                       char *err, size_t errlen);
 /* Stop sampling: take the caller's last sample, stop the backend, drain and
  * join the worker. Results stay readable until rperf_engine_release(). */
 int rperf_engine_stop(void);
+/* VM teardown (no Ruby API may be called any more): stop ticks, jobs, hooks
+ * and the worker without taking a last sample. Idempotent. */
+void rperf_engine_halt(void);
 /* Free a stopped run's data (frames, aggregates, threads). */
 void rperf_engine_release(void);
 /* Pause the worker with every ring drained (snapshot). Sampling goes on. */
@@ -131,13 +131,21 @@ void rperf_engine_mark(void (*mark)(rperf_frame_t v));
 
 /* ---- per-thread state and events ------------------------------------------ */
 
-/* no GVL: create state for a Ruby thread (handle = its Thread VALUE). */
+/* no GVL, inside enter/leave (or the caller at start): create state for a
+ * Ruby thread. The host stores rperf_thread_token(pt) on the Ruby thread
+ * and finds the state again with rperf_thread_from_token. */
 typedef enum {
     RPERF_THREAD_CREATED,   /* STARTED: born during the run */
     RPERF_THREAD_EXISTING,  /* first met at RESUMED: off the GVL since start */
     RPERF_THREAD_CURRENT    /* the caller, running now on this native thread */
 } rperf_thread_origin_t;
-rperf_thread_t *rperf_thread_new(uintptr_t handle, rperf_thread_origin_t origin);
+rperf_thread_t *rperf_thread_new(rperf_thread_origin_t origin);
+/* Tokens (core/thread_index.c): a token of an earlier run, or of the parent
+ * in a fork child, names nothing (NULL) and is never dereferenced, so the
+ * host never has to clear what it stored on Ruby threads. from_token runs
+ * inside enter/leave (no signal handler). */
+uintptr_t rperf_thread_token(const rperf_thread_t *pt);
+rperf_thread_t *rperf_thread_from_token(uintptr_t token);
 /* own: the thread `pt` is the caller and runs now (start, label, job). */
 void rperf_thread_attach_current(rperf_thread_t *pt);
 void rperf_ev_resumed(rperf_thread_t *pt);   /* own, GVL held by pt */

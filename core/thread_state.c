@@ -38,7 +38,7 @@ static const rperf_backend_ops_t *backend(void) { return rperf__engine.cfg.backe
 
 /* ---- creation / destruction ------------------------------------------- */
 
-rperf_thread_t *rperf_thread_new(uintptr_t handle, rperf_thread_origin_t origin)
+rperf_thread_t *rperf_thread_new(rperf_thread_origin_t origin)
 {
     rperf_thread_t *pt = rperf__calloc(1, sizeof(*pt));
     if (!pt) return NULL;
@@ -47,8 +47,11 @@ rperf_thread_t *rperf_thread_new(uintptr_t handle, rperf_thread_origin_t origin)
         return NULL;
     }
     pt->seq = atomic_fetch_add(&rperf__engine.thread_seq, 1) + 1;
-    pt->handle = handle;
     pt->run_id = rperf__engine.run_id;
+    if (rperf__index_put(pt) < 0) {
+        rperf__thread_destroy(pt);   /* this thread goes unprofiled */
+        return NULL;
+    }
     pt->cpu_mark = -1;
     int64_t now = rperf__mono_ns();
     pt->last_wall = now;
@@ -95,18 +98,19 @@ void rperf__thread_retire(rperf_thread_t *prev, rperf_thread_t *pt)
         }
     }
     atomic_fetch_add(&rperf__engine.dropped_retired, atomic_load(&pt->dropped));
+    rperf__index_clear(pt);
     rperf__thread_archive(pt);
     ck_epoch_call(&rperf__epoch_worker, &pt->epoch_entry, destroy_cb);
 }
 
-/* GVL held; worker joined (stop) or gone (fork child). */
-void rperf__threads_free_all(bool detach)
+/* GVL held; worker joined (stop) or gone (fork child). Ruby threads keep
+ * the tokens stored on them: stale from now on (thread_index.c). */
+void rperf__threads_free_all(void)
 {
+    rperf__index_reset();
     rperf_thread_t *pt = atomic_exchange(&rperf__threads, NULL);
     while (pt) {
         rperf_thread_t *next = atomic_load(&pt->next);
-        if (detach && !atomic_load(&pt->exited) && pt->handle && rperf__engine.host.detach)
-            rperf__engine.host.detach(pt->handle);
         rperf__thread_destroy(pt);
         pt = next;
     }
@@ -292,7 +296,6 @@ void rperf_ev_exited(rperf_thread_t *pt)
         pt->last_wall += pending;
     }
     if (nt->cur == pt) nt->cur = NULL;
-    pt->handle = 0;
     atomic_store_explicit(&pt->exited, 1, memory_order_release);
 }
 

@@ -38,7 +38,9 @@ static void sink(rperf_thread_t *pt, const rperf_decoded_t *d, const uint32_t *i
         stack = buf;
         depth++;
     }
-    rperf__agg_add(stack, depth, d->weight, pt->seq, d->label_set_id, d->mono_ns);
+    /* out of memory: the sample is lost, and counted as dropped */
+    if (rperf__agg_add(stack, depth, d->weight, pt->seq, d->label_set_id, d->mono_ns) < 0)
+        atomic_fetch_add_explicit(&pt->dropped, 1, memory_order_relaxed);
 }
 
 void rperf__worker_drain_all(void)
@@ -161,15 +163,37 @@ void rperf__worker_wake(void)
     }
 }
 
-/* pthread_atfork: hold mu across fork so the child never inherits it locked
- * by the worker mid-update. */
-void rperf__worker_fork_prepare(void) { pthread_mutex_lock(&mu); }
-void rperf__worker_fork_parent(void) { pthread_mutex_unlock(&mu); }
+/* pthread_atfork: park the worker at its pause point (rings drained, no
+ * table or archive half-replaced) and hold mu across fork, so the child
+ * inherits consistent aggregation state and an unlocked mutex. The parent
+ * then resumes it (or leaves it paused for a snapshot in progress). */
+static int pause_before_fork;
 
-/* Child: the worker thread does not exist here. */
+void rperf__worker_fork_prepare(void)
+{
+    pthread_mutex_lock(&mu);
+    pause_before_fork = pause_req;
+    if (!started) return;
+    pause_req = 1;
+    pthread_cond_broadcast(&cv);
+    while (!paused && !stop_req) pthread_cond_wait(&cv_ack, &mu);
+}
+
+void rperf__worker_fork_parent(void)
+{
+    if (started) {
+        pause_req = pause_before_fork;
+        pthread_cond_broadcast(&cv);
+    }
+    pthread_mutex_unlock(&mu);
+}
+
+/* Child: the worker thread does not exist here; its mutex and condition
+ * variables are made anew (a condition variable a thread of the parent
+ * waited on must not be reused). */
 void rperf__worker_fork_child(void)
 {
-    pthread_mutex_unlock(&mu);
+    pthread_mutex_init(&mu, NULL);
     started = 0;
     stop_req = pause_req = paused = 0;
 }

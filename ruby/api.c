@@ -1,17 +1,41 @@
 /*
- * api.c — the private module functions behind lib/rperf.rb (Rperf._c_*) and
- * the TypedData object whose mark function pins every frame the engine
- * holds. Option validation happens in Ruby before these are called.
+ * api.c — the module functions behind lib/rperf.rb (Rperf._c_* and
+ * Rperf.stop), the exit path, and the TypedData object whose mark function
+ * pins every frame the engine holds. Option validation happens in Ruby
+ * before _c_start is called.
+ *
+ * Stop and exit: the engine is stopped first, in C, before any Ruby code
+ * runs (exporters, reports): Rperf.stop is a C method, and at exit a C end
+ * proc (registered at require time, so it runs after the application's
+ * at_exit blocks) stops a run that is still going and writes the output
+ * asked for at start. A last guard at VM teardown (ruby_vm_at_exit) halts
+ * ticks, jobs and the worker if a run was started even later; no tick ever
+ * reaches a VM being destroyed.
  *
  * Context: GVL held (Ruby method calls; _c_set_label, _c_get_label and
  * _c_running? from any Ractor), except profiler_mark, which runs inside GC
- * (GVL held, no allocation, lock-free).
+ * (GVL held, no allocation, lock-free), and vm_teardown (VM destruction, no
+ * Ruby API).
  */
 #include "rperf_ruby.h"
 
+#include <ruby/vm.h>
+
+#include <stdio.h>
 #include <string.h>
 
 static VALUE profiler_obj;
+static ID id_finish_stop;
+static int finish_at_exit;          /* the run asked for output/reports */
+static rb_ractor_local_key_t main_key;   /* set in the main Ractor only */
+
+static void require_main_ractor(const char *what)
+{
+    if (rb_ractor_local_storage_ptr(main_key) == NULL)
+        rb_raise(rb_eRuntimeError,
+                 "Rperf.%s must be called from the main Ractor "
+                 "(Rperf.label, Rperf.labels and Rperf.running? work in any Ractor)", what);
+}
 
 static void mark_one(rperf_frame_t v) { rb_gc_mark((VALUE)v); }
 static void profiler_mark(void *p)
@@ -34,14 +58,15 @@ static void fork_reset_if_needed(void)
     if (!rperf_engine_needs_fork_reset()) return;
     rperf_rb_hooks_after_fork_child();
     rperf_engine_fork_reset();
-    rb_internal_thread_specific_set(rb_thread_current(), rperf_rb_key, NULL);
 }
 
-/* _c_start(frequency, mode(0 cpu/1 wall), aggregate, backend_name, signo, ring_slots) */
+/* _c_start(frequency, mode(0 cpu/1 wall), aggregate, backend_name, signo,
+ *          ring_slots, finish_at_exit) */
 static VALUE c_start(VALUE self, VALUE freq, VALUE mode, VALUE aggregate, VALUE backend,
-                     VALUE signo, VALUE ring_slots)
+                     VALUE signo, VALUE ring_slots, VALUE finish)
 {
     (void)self;
+    require_main_ractor("start");
     fork_reset_if_needed();
     if (rperf_engine_running()) rb_raise(rb_eRuntimeError, "Rperf is already running");
     rperf_config_t cfg;
@@ -56,12 +81,10 @@ static VALUE c_start(VALUE self, VALUE freq, VALUE mode, VALUE aggregate, VALUE 
     if (!cfg.backend) rb_raise(rb_eArgError, "unknown backend");
     char err[256] = "rperf: failed to start";
     rperf_thread_t *caller = NULL;
-    VALUE th = rb_thread_current();
-    /* a thread may still carry state from a run that was never released */
-    rb_internal_thread_specific_set(th, rperf_rb_key, NULL);
-    if (rperf_engine_start(&cfg, (uintptr_t)th, &caller, err, sizeof(err)) < 0)
+    if (rperf_engine_start(&cfg, &caller, err, sizeof(err)) < 0)
         rb_raise(rb_eRuntimeError, "%s", err);
-    rb_internal_thread_specific_set(th, rperf_rb_key, caller);
+    rperf_rb_thread_state_set(rb_thread_current(), caller);
+    finish_at_exit = RTEST(finish);
     rperf_rb_labels_reset();
     rperf_rb_hooks_install();
     rperf_rb_ractor_run_start();
@@ -73,24 +96,80 @@ static VALUE c_start(VALUE self, VALUE freq, VALUE mode, VALUE aggregate, VALUE 
     return Qnil;
 }
 
-/* Free a stopped run's engine data. Rperf.stop calls it once the result
- * Hash is built and the output written (C exporters may encode straight
- * from the engine data in between); the next start releases it too. */
-static VALUE c_release(VALUE self)
+/* Free a stopped run's engine data (never touches Ruby threads: the tokens
+ * they carry are stale from now on). */
+static VALUE release(VALUE unused)
 {
-    (void)self;
+    (void)unused;
     if (!rperf_engine_running()) rperf_engine_release();
     return Qnil;
 }
 
-static VALUE c_stop(VALUE self)
+/* Stop the engine and remove the hooks: C only, no Ruby code runs. */
+static bool stop_engine(void)
 {
-    (void)self;
     fork_reset_if_needed();
-    if (!rperf_engine_running()) return Qnil;
+    if (!rperf_engine_running()) return false;
     rperf_engine_stop();
     rperf_rb_hooks_remove();
+    return true;
+}
+
+static VALUE build_stopped_result(VALUE unused)
+{
+    (void)unused;
     return rperf_rb_build_result(!rperf_engine_config()->aggregate);
+}
+
+/* Ruby side of stop (lib/rperf.rb: result post-processing, output, verbose
+ * and stat reports); C exporters read the engine's data until release. */
+static VALUE finish_stop(VALUE data)
+{
+    return rb_funcall(rperf_rb_mRperf, id_finish_stop, 1, data);
+}
+
+static VALUE build_and_finish(VALUE unused)
+{
+    return finish_stop(build_stopped_result(unused));
+}
+
+/* Rperf.stop -> the result Hash, or nil when not running. */
+static VALUE rb_stop(VALUE self)
+{
+    (void)self;
+    require_main_ractor("stop");
+    if (!stop_engine()) return Qnil;
+    return rb_ensure(build_and_finish, Qnil, release, Qnil);
+}
+
+/* End proc (main thread, GVL held, at exit): a run still going is stopped
+ * here; its output/reports are written if start asked for them. An error
+ * there is reported on stderr and does not change the exit status. */
+static void at_end(VALUE unused)
+{
+    (void)unused;
+    if (rb_ractor_local_storage_ptr(main_key) == NULL || !stop_engine()) return;
+    int state = 0;
+    if (finish_at_exit) rb_protect(build_and_finish, Qnil, &state);
+    release(Qnil);
+    if (state) {
+        /* the message is read without calling a method: the failure may
+         * come from a tracer that raises on every call */
+        VALUE e = rb_errinfo();
+        rb_set_errinfo(Qnil);
+        VALUE msg = rb_attr_get(e, rb_intern("mesg"));
+        fprintf(stderr, "rperf: writing the profile at exit failed: %.*s\n",
+                RB_TYPE_P(msg, T_STRING) ? (int)RSTRING_LEN(msg) : 7,
+                RB_TYPE_P(msg, T_STRING) ? RSTRING_PTR(msg) : "(error)");
+    }
+}
+
+/* VM teardown (ruby_vm_destruct): no Ruby API any more. Halts a run that
+ * started after the end proc ran (e.g. in a later at_exit block). */
+static void vm_teardown(ruby_vm_t *vm)
+{
+    (void)vm;
+    rperf_engine_halt();
 }
 
 static VALUE resume_clear(VALUE clear)
@@ -116,21 +195,27 @@ static VALUE c_snapshot(VALUE self, VALUE clear)
     return rb_ensure(build_snapshot, Qnil, resume_clear, clear);
 }
 
-static VALUE c_set_label(VALUE self, VALUE id)
+/* Label calls from any Ractor go through enter/leave: stop, release and
+ * start never meet one halfway (state created, timers armed, list pushed). */
+static VALUE c_set_label(VALUE self, VALUE token)
 {
     (void)self;
-    if (!rperf_engine_running()) return Qnil;
+    uint32_t id = rperf_rb_label_id(token);   /* may raise: outside enter */
+    if (!rperf_engine_enter()) return Qnil;
     rperf_thread_t *pt = rperf_rb_current_thread(true);
-    if (pt) rperf_thread_set_label(pt, NUM2UINT(id));
+    if (pt) rperf_thread_set_label(pt, id);
+    rperf_engine_leave();
     return Qnil;
 }
 
 static VALUE c_get_label(VALUE self)
 {
     (void)self;
-    if (!rperf_engine_running()) return INT2FIX(0);
+    if (!rperf_engine_enter()) return INT2FIX(0);
     rperf_thread_t *pt = rperf_rb_current_thread(false);
-    return UINT2NUM(pt ? rperf_thread_label(pt) : 0);
+    uint32_t id = pt ? rperf_thread_label(pt) : 0;
+    rperf_engine_leave();
+    return rperf_rb_label_token(id);
 }
 
 static VALUE c_running_p(VALUE self)
@@ -162,9 +247,14 @@ void rperf_rb_api_init(VALUE m)
     static int token;
     profiler_obj = TypedData_Wrap_Struct(rb_cObject, &profiler_type, &token);
     rb_gc_register_mark_object(profiler_obj);
-    rb_define_module_function(m, "_c_start", c_start, 6);
-    rb_define_module_function(m, "_c_stop", c_stop, 0);
-    rb_define_module_function(m, "_c_release", c_release, 0);
+    static int main_marker;
+    main_key = rb_ractor_local_storage_ptr_newkey(NULL);
+    rb_ractor_local_storage_ptr_set(main_key, &main_marker);
+    id_finish_stop = rb_intern("__finish_stop");
+    rb_set_end_proc(at_end, Qnil);
+    ruby_vm_at_exit(vm_teardown);
+    rb_define_module_function(m, "_c_start", c_start, 7);
+    rb_define_module_function(m, "stop", rb_stop, 0);
     rb_define_module_function(m, "_c_snapshot", c_snapshot, 1);
     rb_define_module_function(m, "_c_set_label", c_set_label, 1);
     rb_define_module_function(m, "_c_get_label", c_get_label, 0);

@@ -35,32 +35,40 @@ static void trigger_register(void)
     if (ruby_native_thread_p()) rb_postponed_job_trigger(job_handle);
 }
 
-static void detach(uintptr_t handle)
-{
-    rb_internal_thread_specific_set((VALUE)handle, rperf_rb_key, NULL);
-}
-
 const rperf_host_t rperf_rb_host = {
     .capture = capture,
     .trigger = trigger,
     .trigger_register = trigger_register,
-    .detach = detach,
 };
 
-/* GVL held, own: the state of the running Ruby thread, made current here. */
+/* Any native thread, no Ruby API besides the thread-specific slot: the
+ * engine state of Ruby thread `th` in this run (the slot holds a token,
+ * stale after the run: see core/thread_index.c), or NULL. */
+rperf_thread_t *rperf_rb_thread_state(VALUE th)
+{
+    return rperf_thread_from_token((uintptr_t)rb_internal_thread_specific_get(th, rperf_rb_key));
+}
+
+void rperf_rb_thread_state_set(VALUE th, rperf_thread_t *pt)
+{
+    rb_internal_thread_specific_set(th, rperf_rb_key, pt ? (void *)rperf_thread_token(pt) : NULL);
+}
+
+/* GVL held, own, inside enter/leave: the state of the running Ruby thread,
+ * made current here. */
 rperf_thread_t *rperf_rb_current_thread(bool create)
 {
     rperf_thread_t *pt = rperf_current_thread_sigsafe();
     if (pt) return pt;
     VALUE th = rb_thread_current();
-    pt = rb_internal_thread_specific_get(th, rperf_rb_key);
+    pt = rperf_rb_thread_state(th);
     if (pt) {
         rperf_thread_attach_current(pt);
         return pt;
     }
     if (!create) return NULL;
-    pt = rperf_thread_new((uintptr_t)th, RPERF_THREAD_CURRENT);
-    if (pt) rb_internal_thread_specific_set(th, rperf_rb_key, pt);
+    pt = rperf_thread_new(RPERF_THREAD_CURRENT);
+    if (pt) rperf_rb_thread_state_set(th, pt);
     return pt;
 }
 

@@ -27,16 +27,16 @@ static void thread_hook(rb_event_flag_t ev, const rb_internal_thread_event_data_
     (void)arg;
     if (!rperf_engine_enter()) return;
     VALUE th = data->thread;
-    rperf_thread_t *pt = rb_internal_thread_specific_get(th, rperf_rb_key);
+    rperf_thread_t *pt = rperf_rb_thread_state(th);
     if (ev & RUBY_INTERNAL_THREAD_EVENT_STARTED) {
         if (!pt) {
-            pt = rperf_thread_new((uintptr_t)th, RPERF_THREAD_CREATED);
-            if (pt) rb_internal_thread_specific_set(th, rperf_rb_key, pt);
+            pt = rperf_thread_new(RPERF_THREAD_CREATED);
+            if (pt) rperf_rb_thread_state_set(th, pt);
         }
     } else if (ev & RUBY_INTERNAL_THREAD_EVENT_RESUMED) {
         if (!pt) {
-            pt = rperf_thread_new((uintptr_t)th, RPERF_THREAD_EXISTING);
-            if (pt) rb_internal_thread_specific_set(th, rperf_rb_key, pt);
+            pt = rperf_thread_new(RPERF_THREAD_EXISTING);
+            if (pt) rperf_rb_thread_state_set(th, pt);
         }
         if (pt) rperf_ev_resumed(pt);
     } else if (ev & RUBY_INTERNAL_THREAD_EVENT_SUSPENDED) {
@@ -46,7 +46,7 @@ static void thread_hook(rb_event_flag_t ev, const rb_internal_thread_event_data_
     } else if (ev & RUBY_INTERNAL_THREAD_EVENT_EXITED) {
         if (pt) {
             rperf_ev_exited(pt);
-            rb_internal_thread_specific_set(th, rperf_rb_key, NULL);
+            rperf_rb_thread_state_set(th, NULL);
         }
     }
     rperf_engine_leave();

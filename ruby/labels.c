@@ -17,9 +17,19 @@
  * work (no Ruby call, allocation of Ruby objects or interrupt check inside),
  * so a thread holding it never waits for a GC barrier.
  *
+ * Ruby code sees label tokens, not ids: (run generation << 32 | id). A
+ * token kept across stop/start (Rperf.label { } restores the one it took
+ * before its block) names no set of the new run and reads as the empty set;
+ * ids are range-checked, so no token can name a wrong set or fail a save.
+ *
+ * Fork: the mutex is held across fork() (pthread_atfork) and made anew in
+ * the child, so a child forked while another thread held it never
+ * deadlocks at its first Rperf.label.
+ *
  * Contexts: the Rperf._c_label_* functions run with the calling Ractor's
  * GVL held (any Ractor); rperf_rb_labels_mark runs inside GC (no lock);
- * rperf_rb_labels_reset runs at start (main Ractor, GVL held).
+ * rperf_rb_labels_reset runs at start (main Ractor, GVL held); the atfork
+ * handlers inside fork().
  */
 #include "rperf_ruby.h"
 
@@ -48,7 +58,24 @@ static size_t keys_cap;
 static uint32_t *index_tab;                  /* under mu: id + 1, 0 = empty */
 static size_t index_cap;
 static _Atomic uint32_t count;               /* published entries */
+static _Atomic uint32_t gen;                 /* run generation of the ids */
 static VALUE empty_set;
+
+/* ---- tokens ----------------------------------------------------------------- */
+
+VALUE rperf_rb_label_token(uint32_t id)
+{
+    if (id == 0) return INT2FIX(0);
+    return ULL2NUM(((unsigned long long)atomic_load(&gen) << 32) | id);
+}
+
+uint32_t rperf_rb_label_id(VALUE token)
+{
+    unsigned long long t = NUM2ULL(token);
+    if (t == 0 || (uint32_t)(t >> 32) != atomic_load(&gen)) return 0;
+    uint32_t id = (uint32_t)t;
+    return id < atomic_load_explicit(&count, memory_order_acquire) ? id : 0;
+}
 
 static uint64_t fnv1a(const char *p, size_t n)
 {
@@ -282,15 +309,16 @@ static int64_t lookup_or_intern(const buf_t *key, VALUE set)
     return id;
 }
 
-/* _c_label_apply(current_id, labels Hash) -> the id of current set merged
- * with labels (nil deletes a key). Interned by content; the frozen,
- * shareable Hash is only built for a set not seen before in this run. */
+/* _c_label_apply(current token, labels Hash) -> the token of the current
+ * set merged with labels (nil deletes a key). Interned by content; the
+ * frozen, shareable Hash is only built for a set not seen before in this
+ * run. */
 static VALUE c_label_apply(VALUE self, VALUE vcur, VALUE labels)
 {
     (void)self;
     Check_Type(labels, T_HASH);
-    uint32_t cur_id = NUM2UINT(vcur);
-    VALUE cur = cur_id && cur_id < atomic_load_explicit(&count, memory_order_acquire) ? entry_at(cur_id) : Qnil;
+    uint32_t cur_id = rperf_rb_label_id(vcur);
+    VALUE cur = cur_id ? entry_at(cur_id) : Qnil;
     long max = RHASH_SIZE(labels) + (NIL_P(cur) ? 0 : (long)RHASH_SIZE(cur));
     VALUE kin[INLINE_PAIRS], vin[INLINE_PAIRS];
     pairs_t p = { kin, vin, 0, INLINE_PAIRS, Qnil };
@@ -355,15 +383,15 @@ static VALUE c_label_apply(VALUE self, VALUE vcur, VALUE labels)
     RB_GC_GUARD(labels);
     RB_GC_GUARD(cur);
     if (id < 0) rb_raise(rb_eNoMemError, "rperf: failed to allocate a label set");
-    return UINT2NUM((uint32_t)id);
+    return rperf_rb_label_token((uint32_t)id);
 }
 
-/* _c_label_set(id) -> the interned Hash ({} for 0 or an unknown id) */
-static VALUE c_label_set(VALUE self, VALUE vid)
+/* _c_label_set(token) -> the interned Hash ({} for 0 or a stale token) */
+static VALUE c_label_set(VALUE self, VALUE token)
 {
     (void)self;
-    uint32_t id = NUM2UINT(vid);
-    if (id == 0 || id >= atomic_load_explicit(&count, memory_order_acquire)) return empty_set;
+    uint32_t id = rperf_rb_label_id(token);
+    if (id == 0) return empty_set;
     VALUE h = entry_at(id);
     return NIL_P(h) ? empty_set : h;
 }
@@ -385,9 +413,14 @@ void rperf_rb_labels_reset(void)
     uint32_t n = atomic_load_explicit(&count, memory_order_relaxed);
     for (uint32_t id = 1; id < n; id++) free(keys[id].bytes);
     atomic_store_explicit(&count, 1, memory_order_release);   /* id 0 = {} */
+    atomic_fetch_add(&gen, 1);
     if (index_tab) memset(index_tab, 0, index_cap * sizeof(*index_tab));
     pthread_mutex_unlock(&mu);
 }
+
+static void fork_prepare(void) { pthread_mutex_lock(&mu); }
+static void fork_parent(void) { pthread_mutex_unlock(&mu); }
+static void fork_child(void) { pthread_mutex_init(&mu, NULL); }
 
 void rperf_rb_labels_mark(void)
 {
@@ -408,6 +441,7 @@ void rperf_rb_labels_init(VALUE m)
         keys = calloc(keys_cap, sizeof(*keys));
     }
     atomic_store(&count, 1);
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
     rb_define_module_function(m, "_c_label_apply", c_label_apply, 2);
     rb_define_module_function(m, "_c_label_set", c_label_set, 1);
 }

@@ -20,6 +20,8 @@ extern VALUE rperf_rb_mRperf;
 int rperf_rb_capture_init(void);
 extern const rperf_host_t rperf_rb_host;
 rperf_thread_t *rperf_rb_current_thread(bool create);
+rperf_thread_t *rperf_rb_thread_state(VALUE th);
+void rperf_rb_thread_state_set(VALUE th, rperf_thread_t *pt);
 
 /* hooks.c */
 void rperf_rb_hooks_install(void);
@@ -41,6 +43,8 @@ void rperf_rb_labels_init(VALUE mRperf);
 void rperf_rb_labels_reset(void);
 void rperf_rb_labels_mark(void);
 VALUE rperf_rb_label_sets(void);
+VALUE rperf_rb_label_token(uint32_t id);
+uint32_t rperf_rb_label_id(VALUE token);
 uint32_t rperf_rb_label_set_count(void);
 
 /* result.c */

@@ -54,10 +54,14 @@ module Rperf
       output = output.to_path if output.respond_to?(:to_path)
       exporter_name = resolve_exporter(exporter, format, output)
 
-      _c_start(frequency, MODES[mode], aggregate ? true : false, backend_name.to_s, signo, ring_size)
+      verbose ||= ENV["RPERF_VERBOSE"] == "1"
       @run = { output: output, exporter: exporter_name, aggregate: aggregate ? true : false,
-               verbose: verbose || ENV["RPERF_VERBOSE"] == "1", stat: stat,
+               verbose: verbose, stat: stat,
                started_at: Process.clock_gettime(Process::CLOCK_MONOTONIC) }
+      # The last argument: a run left going at exit is stopped there (in C)
+      # and, when it asked for output or reports, finished like Rperf.stop.
+      _c_start(frequency, MODES[mode], aggregate ? true : false, backend_name.to_s, signo, ring_size,
+               output || verbose || stat ? true : false)
       return nil unless block
 
       completed = false
@@ -71,24 +75,19 @@ module Rperf
       stop
     end
 
-    def stop
-      main_ractor!("stop")
-      data = _c_stop
-      return nil unless data
-
-      begin
-        run = @run || {}
-        @run = nil
-        finish_result(data)
-        report_verbose(data) if run[:verbose]
-        report_stat(data, run) if run[:stat]
-        # C exporters may still read the engine's data here
-        write_output(data, run) if run[:output]
-      ensure
-        _c_release
-      end
+    # Rperf.stop is defined in C (ruby/api.c): it stops the engine before
+    # any Ruby code runs, then calls __finish_stop with the result Hash, and
+    # releases the engine's data afterwards (C exporters read it meanwhile).
+    def __finish_stop(data)
+      run = @run || {}
+      @run = nil
+      finish_result(data)
+      report_verbose(data) if run[:verbose]
+      report_stat(data, run) if run[:stat]
+      write_output(data, run) if run[:output]
       data
     end
+    private :__finish_stop
 
     def snapshot(clear: false)
       main_ractor!("snapshot")
@@ -324,6 +323,7 @@ if ENV["RPERF_ENABLED"] == "1"
   else opts[:signal] = Integer(ENV["RPERF_SIGNAL"], exception: false) ||
                        raise(ArgumentError, "RPERF_SIGNAL must be 'false' or an Integer, got #{ENV['RPERF_SIGNAL'].inspect}")
   end
+  # Stopped at exit by the extension's end proc (ruby/api.c), which runs
+  # after the application's at_exit blocks and writes the output.
   Rperf.start(**opts)
-  at_exit { Rperf.stop }
 end

@@ -4,7 +4,8 @@
  * frame left settles its pending time on its last root frame; a thread
  * created during the run is not charged for the wait before its first turn;
  * the thread table keeps identities of threads the worker already freed;
- * the backend hears when a thread's Ractor becomes known.
+ * the backend hears when a thread's Ractor becomes known; thread tokens of
+ * an earlier run, or of a thread already freed, name nothing.
  * Context: a plain C program (no Ruby); the test thread plays every Ruby
  * thread's "own" context in turn, the engine's worker runs for real.
  */
@@ -25,8 +26,7 @@ static int fake_capture(rperf_frame_t *buf, int max)
     return d;
 }
 static void fake_trigger(void) {}
-static void fake_detach(uintptr_t h) { (void)h; }
-static const rperf_host_t host = { fake_capture, fake_trigger, NULL, fake_detach };
+static const rperf_host_t host = { fake_capture, fake_trigger, NULL };
 
 /* ---- fake backend ----------------------------------------------------------- */
 
@@ -51,7 +51,7 @@ static rperf_thread_t *start_wall(void)
                            .ring_slots = 1024, .backend = &fake_backend };
     rperf_thread_t *caller = NULL;
     char err[128];
-    RPERF_CHECK_EQ(rperf_engine_start(&cfg, 0x1000, &caller, err, sizeof(err)), 0);
+    RPERF_CHECK_EQ(rperf_engine_start(&cfg, &caller, err, sizeof(err)), 0);
     RPERF_CHECK(caller != NULL);
     return caller;
 }
@@ -82,7 +82,7 @@ RPERF_TEST(exiting_thread_settles_pending_time_on_its_root_frame)
     rperf_thread_t *main_pt = start_wall();
     stack[0] = 0x2000; stack[1] = 0x2008; stack[2] = 0x2010;   /* leaf .. root */
     depth = 3;
-    rperf_thread_t *pt = rperf_thread_new(0x3000, RPERF_THREAD_CREATED);
+    rperf_thread_t *pt = rperf_thread_new(RPERF_THREAD_CREATED);
     RPERF_CHECK(pt != NULL);
     rperf_ev_resumed(pt);
     let_time_pass();
@@ -107,13 +107,13 @@ RPERF_TEST(new_thread_is_not_charged_for_its_first_wait)
 {
     start_wall();
     depth = 3;
-    rperf_thread_t *pt = rperf_thread_new(0x3000, RPERF_THREAD_CREATED);
+    rperf_thread_t *pt = rperf_thread_new(RPERF_THREAD_CREATED);
     let_time_pass();                 /* waiting for its first turn */
     int64_t before = rperf__mono_ns();
     rperf_ev_resumed(pt);
     RPERF_CHECK(pt->last_wall >= before);
     /* a thread first met at RESUMED (existing before) is charged from start */
-    rperf_thread_t *old = rperf_thread_new(0x4000, RPERF_THREAD_EXISTING);
+    rperf_thread_t *old = rperf_thread_new(RPERF_THREAD_EXISTING);
     RPERF_CHECK_EQ(old->susp_wall, rperf__engine.start_mono_ns);
     rperf_engine_stop();
     rperf_engine_release();
@@ -137,7 +137,7 @@ RPERF_TEST(thread_table_keeps_exited_threads)
     rperf_thread_set_ractor(main_pt, 1);
     rperf_thread_set_name(main_pt, "main", 4);
     depth = 3;
-    rperf_thread_t *pt = rperf_thread_new(0x3000, RPERF_THREAD_CREATED);
+    rperf_thread_t *pt = rperf_thread_new(RPERF_THREAD_CREATED);
     rperf_ev_resumed(pt);
     identified = 0;
     rperf_thread_set_ractor(pt, 7);
@@ -164,10 +164,42 @@ RPERF_TEST(thread_table_keeps_exited_threads)
     rperf_engine_release();
 }
 
+RPERF_TEST(tokens_never_name_state_of_another_run)
+{
+    rperf_thread_t *main_pt = start_wall();
+    uintptr_t old_main = rperf_thread_token(main_pt);
+    rperf_thread_t *pt = rperf_thread_new(RPERF_THREAD_CREATED);
+    uintptr_t old_pt = rperf_thread_token(pt);
+    RPERF_CHECK(rperf_thread_from_token(old_main) == main_pt);
+    RPERF_CHECK(rperf_thread_from_token(old_pt) == pt);
+    RPERF_CHECK(rperf_thread_from_token(0) == NULL);
+    /* an exited thread, once retired by the worker, is no longer named */
+    rperf_ev_resumed(pt);
+    rperf_ev_suspended(pt);
+    rperf_ev_exited(pt);
+    rperf_engine_pause();
+    rperf_engine_resume(false);
+    RPERF_CHECK(rperf_thread_from_token(old_pt) == NULL);
+    rperf_engine_stop();
+    rperf_engine_release();
+    /* the next run hands out the same thread_seq values: old tokens stay
+     * stale (they are never dereferenced) */
+    rperf_thread_t *main2 = start_wall();
+    rperf_thread_t *pt2 = rperf_thread_new(RPERF_THREAD_CREATED);
+    RPERF_CHECK_EQ(rperf_thread_seq(main2), 1);
+    RPERF_CHECK_EQ(rperf_thread_seq(pt2), 2);
+    RPERF_CHECK(rperf_thread_from_token(old_main) == NULL);
+    RPERF_CHECK(rperf_thread_from_token(old_pt) == NULL);
+    RPERF_CHECK(rperf_thread_from_token(rperf_thread_token(pt2)) == pt2);
+    rperf_engine_stop();
+    rperf_engine_release();
+}
+
 int main(void)
 {
     rperf_engine_init(&host);
     return RPERF_RUN(RPERF_CASE(exiting_thread_settles_pending_time_on_its_root_frame),
                      RPERF_CASE(new_thread_is_not_charged_for_its_first_wait),
-                     RPERF_CASE(thread_table_keeps_exited_threads));
+                     RPERF_CASE(thread_table_keeps_exited_threads),
+                     RPERF_CASE(tokens_never_name_state_of_another_run));
 }

@@ -1,0 +1,176 @@
+# frozen_string_literal: true
+# The lifecycle windows where a profiler can hurt its host: the process exits
+# while profiling (no stop), threads die between stop and release, stop is
+# raced by other Ractors labelling, label ids outlive their run. Each
+# scenario runs in a child Ruby so that a crash is reported, not fatal.
+require_relative "helper"
+
+class TestLifecycle < Test::Unit::TestCase
+  include RperfTestHelper
+
+  EXIT_RUNS = Integer(ENV.fetch("RPERF_EXIT_RUNS", "8"))
+
+  # A program that starts profiling and exits without stopping: the usual
+  # "start it in an initializer" shape. `extra` adds threads or Ractors that
+  # are still running at exit.
+  def exit_program(backend, mode, extra)
+    <<~RUBY
+      Warning[:experimental] = false
+      #{extra}
+      Rperf.start(frequency: 10_000, backend: :#{backend}, mode: :#{mode})
+      x = 0
+      200_000.times { x += 1 }
+    RUBY
+  end
+
+  EXTRAS = {
+    "plain" => "",
+    "threads" => "2.times { Thread.new { loop { 1000.times {} } } }",
+    "ractors" => "4.times { Ractor.new { loop { 1000.times {} } } }",
+  }.freeze
+
+  def test_exit_without_stop
+    failures = []
+    runs = 0
+    each_combo do |backend, mode|
+      EXTRAS.each do |kind, extra|
+        EXIT_RUNS.times do
+          runs += 1
+          run = run_child(exit_program(backend, mode, extra), timeout: 60)
+          failures << "#{backend}/#{mode}/#{kind}: #{run.describe}" unless run.success?
+        end
+      end
+    end
+    assert_empty(failures, "#{failures.size} of #{runs} exits failed:\n#{failures.first(3).join("\n")}")
+  end
+
+  # An output: given to start is written at exit, as with the env auto-start.
+  def test_exit_writes_the_output_given_to_start
+    Dir.mktmpdir do |dir|
+      each_combo do |backend, mode|
+        path = File.join(dir, "#{backend}-#{mode}.txt")
+        run = run_child(<<~RUBY, timeout: 60)
+          Rperf.start(frequency: 1000, backend: :#{backend}, mode: :#{mode}, output: #{path.dump}, format: :collapsed)
+          rperf_work_a(0.05)
+        RUBY
+        assert_child_ok(run, "#{backend}/#{mode}")
+        assert(File.exist?(path), "#{path} written at exit (#{backend}/#{mode})")
+        assert_match(/rperf_work_a/, File.read(path), "#{backend}/#{mode}")
+      end
+    end
+  end
+
+  # A TracePoint that raises on every call, left enabled at exit (with an
+  # at_exit block of the application, which then raises): the exit path
+  # must still stop the engine (no crash) and exit as the unprofiled
+  # program does; a profile that cannot be written says why on stderr.
+  def test_exit_with_raising_tracepoint
+    script = <<~RUBY
+      at_exit { puts "app at_exit" }
+      x = 0
+      100_000.times { x += 1 }
+      TracePoint.new(:call, :c_call) { raise "boom from tracepoint" }.enable
+    RUBY
+    cmd = [RbConfig.ruby, "-I", RPERF_BUILD_LIB, "-e", script]
+    plain = run_command(cmd, timeout: 60)
+    each_combo do |backend, mode|
+      Dir.mktmpdir do |dir|
+        run = run_command(cmd, env: { "RPERF_ENABLED" => "1", "RPERF_FREQUENCY" => "10000",
+                                      "RPERF_MODE" => mode.to_s, "RPERF_BACKEND" => backend.to_s,
+                                      "RPERF_OUTPUT" => File.join(dir, "p.txt"), "RUBYOPT" => "-rrperf" },
+                          timeout: 60)
+        ctx = "#{backend}/#{mode}: #{run.describe}"
+        assert_nil(run.status.termsig, ctx)
+        assert_equal(plain.status.exitstatus, run.status.exitstatus, ctx)
+        assert_equal(plain.stdout, run.stdout, ctx)
+        assert_match(/rperf: writing the profile at exit failed: boom from tracepoint/, run.stderr, ctx)
+      end
+    end
+  end
+
+  # Threads alive at stop that exit (and are collected) before the result is
+  # released: release must not write through their dead Thread objects.
+  def test_threads_dying_between_stop_and_release
+    each_combo do |backend, mode|
+      run = run_child(<<~RUBY, timeout: 120)
+        slow = Object.new
+        def slow.encode(data)
+          sleep 0.2
+          GC.start
+          GC.compact
+          "slow"
+        end
+        Rperf.register_exporter(:slow, slow)
+        Dir.mktmpdir do |dir|
+          3.times do |round|
+            Rperf.start(frequency: 10_000, backend: :#{backend}, mode: :#{mode},
+                        output: File.join(dir, "p\#{round}.slow"), exporter: :slow)
+            rperf_work_a(0.02)
+            20.times { Thread.new { sleep 0.05; 1000.times {} } }
+            Rperf.stop
+            GC.start
+            GC.compact
+          end
+          Rperf.start(frequency: 1000, backend: :#{backend}, mode: :#{mode})
+          rperf_work_b(0.02)
+          res = Rperf.stop
+          child_report("ok" => res[:aggregated_samples].any?)
+        end
+      RUBY
+      assert_child_ok(run, "#{backend}/#{mode}")
+      assert_equal({ "ok" => true }, run.report, "#{backend}/#{mode}")
+    end
+  end
+
+  # A label block that spans stop/start keeps ids of its own run only: the id
+  # captured before the block belongs to the old run and must not name a
+  # label set of the new one.
+  def test_label_ids_never_cross_runs
+    Rperf.start(frequency: 1000)
+    inside = nil
+    Rperf.label(a: "1") do                        # id 1 of run 1
+      Rperf.label(b: "2") do                      # captured: id 1 of run 1
+        Rperf.stop
+        Rperf.start(frequency: 1000)
+        Rperf.label(c: "3") { }                   # id 1 of run 2
+        Rperf.label(d: "4") { }                   # id 2 of run 2
+      end
+      # restored the id captured in run 1: it names no label set of run 2
+      inside = Rperf.labels
+      rperf_work_a(0.02)
+    end
+    assert_equal({}, inside)
+    res = Rperf.stop
+    ids = res[:aggregated_samples].select { |f, *| f.any? { |fr| fr[1].include?("rperf_work_a") } }.map { |s| s[3] }
+    assert_not_empty(ids)
+    assert_equal([0], ids.uniq, "samples after the block carry the empty set")
+    assert_nothing_raised { Rperf.save(File::NULL, res, format: :pprof) }
+  end
+
+  # Rperf.label from other Ractors while the main Ractor stops and starts:
+  # no crash, no state leaking into the next run (thread_seq values unique).
+  def test_label_storm_during_stop_start
+    run = run_child(<<~RUBY, timeout: 180)
+      Warning[:experimental] = false
+      rs = 4.times.map do |i|
+        Ractor.new(i) do |n|
+          k = 0
+          loop do
+            Rperf.label(r: n.to_s, k: (k += 1) % 7) { 200.times {} }
+            Rperf.labels
+          end
+        end
+      end
+      results = 60.times.map do |i|
+        Rperf.start(frequency: 10_000, backend: (i.even? ? :signal : :nanosleep), mode: :wall)
+        rperf_work_a(0.005)
+        Rperf.stop
+      end
+      dup = results.count { |r| seqs = r[:threads].map { |t| t[:thread_seq] }; seqs.uniq.size != seqs.size }
+      child_report("runs" => results.size, "dup" => dup)
+      exit!(0)
+    RUBY
+    assert_child_ok(run)
+    assert_equal({ "runs" => 60, "dup" => 0 }, run.report)
+  end
+end

@@ -1,0 +1,125 @@
+/*
+ * test_fork.c — fork() while the engine runs, with a real worker thread and
+ * a real child process: the worker is parked with every ring drained when
+ * fork() happens (so the child never inherits a half-replaced aggregation
+ * table or archive), the parent keeps profiling, and the child resets and
+ * runs a profile of its own. Also: a fork child's thread tokens are stale.
+ * Context: a plain C program (no Ruby); the test thread plays the Ruby
+ * threads' "own" context, the engine's worker runs for real. Not run under
+ * TSan (fork with live threads is outside what TSan models).
+ */
+#include "core_internal.h"
+#include "rperf_test.h"
+
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static rperf_frame_t stack[2] = { 0x5000, 0x5008 };
+
+static int fake_capture(rperf_frame_t *buf, int max)
+{
+    int d = 2 < max ? 2 : max;
+    memcpy(buf, stack, (size_t)d * sizeof(*buf));
+    return d;
+}
+static void fake_trigger(void) {}
+static const rperf_host_t host = { fake_capture, fake_trigger, NULL };
+
+static int fb_start(const rperf_backend_config_t *c, char *e, size_t n)
+{
+    (void)c;
+    (void)e;
+    (void)n;
+    return 0;
+}
+static void fb_stop(void) {}
+static const rperf_backend_ops_t fake_backend = {
+    .version = RPERF_BACKEND_ABI_VERSION, .name = "fake", .description = "test",
+    .start = fb_start, .stop = fb_stop,
+};
+
+static rperf_thread_t *start_wall(void)
+{
+    rperf_config_t cfg = { .frequency = 1000, .clock = RPERF_CLOCK_WALL, .aggregate = true,
+                           .ring_slots = 1024, .backend = &fake_backend };
+    rperf_thread_t *caller = NULL;
+    char err[128];
+    if (rperf_engine_start(&cfg, &caller, err, sizeof(err)) < 0) return NULL;
+    return caller;
+}
+
+static void let_time_pass(void)
+{
+    int64_t t0 = rperf__mono_ns();
+    while (rperf__mono_ns() - t0 < 20000) {
+    }
+}
+
+static int count_samples(const rperf_result_sample_t *s, void *ctx)
+{
+    (void)s;
+    (*(int *)ctx)++;
+    return 0;
+}
+
+/* In the child: what it inherited, then a profile of its own. 0 = all ok. */
+static int child_checks(rperf_thread_t *pt, uintptr_t token)
+{
+    int bad = 0;
+    if (!rperf__ring_idle(pt)) bad |= 1;            /* drained before fork() */
+    if (rperf_engine_running()) bad |= 2;           /* the child starts stopped */
+    if (!rperf_engine_needs_fork_reset()) bad |= 4;
+    if (rperf_thread_from_token(token) != NULL) bad |= 8;   /* stale in the child */
+    rperf_engine_fork_reset();
+    rperf_thread_t *me = start_wall();
+    if (!me) return bad | 16;
+    let_time_pass();
+    rperf_sample_job(me);
+    rperf_engine_stop();
+    int n = 0;
+    rperf_result_each_aggregated(count_samples, &n);
+    if (n == 0) bad |= 32;
+    rperf_engine_release();
+    return bad;
+}
+
+RPERF_TEST(fork_parks_the_worker_and_the_child_profiles_itself)
+{
+    for (int round = 0; round < 20; round++) {
+        rperf_thread_t *main_pt = start_wall();
+        RPERF_CHECK(main_pt != NULL);
+        if (!main_pt) return;
+        rperf_thread_t *pt = rperf_thread_new(RPERF_THREAD_CREATED);
+        RPERF_CHECK(pt != NULL);
+        rperf_ev_resumed(pt);
+        for (int i = 0; i < 50; i++) {     /* samples waiting in pt's ring */
+            let_time_pass();
+            rperf_sample_job(pt);
+        }
+        uintptr_t token = rperf_thread_token(pt);
+        pid_t pid = fork();
+        if (pid == 0) _exit(child_checks(pt, token));
+        RPERF_CHECK(pid > 0);
+        int st = 0;
+        RPERF_CHECK_EQ(waitpid(pid, &st, 0), pid);
+        RPERF_CHECK(WIFEXITED(st));
+        RPERF_CHECK_EQ(WEXITSTATUS(st), 0);
+        /* the parent goes on profiling */
+        RPERF_CHECK(rperf_engine_running());
+        let_time_pass();
+        rperf_sample_job(pt);
+        rperf_ev_suspended(pt);
+        rperf_engine_stop();
+        int n = 0;
+        rperf_result_each_aggregated(count_samples, &n);
+        RPERF_CHECK(n > 0);
+        rperf_engine_release();
+    }
+}
+
+int main(void)
+{
+    rperf_engine_init(&host);
+    return RPERF_RUN(RPERF_CASE(fork_parks_the_worker_and_the_child_profiles_itself));
+}
