@@ -1,0 +1,31 @@
+# frozen_string_literal: true
+#
+# Stress (label `stress`): the lifecycle stress suite of bench/stress.rb in a
+# size that fits CI (RPERF_STRESS_SCALE, default 0.05; 1 = the full size of
+# docs/reliability.md): start/stop cycles under GC.stress and GC.compact,
+# threads created and exiting at 10 kHz, forks while profiling, exits
+# without stop, stop/start/snapshot storms with 8 Ractors labelling. Every
+# scenario must lose nothing and crash nothing.
+require_relative "helper"
+
+class TestStressLifecycle < Test::Unit::TestCase
+  include RperfTestHelper
+
+  SCALE = ENV.fetch("RPERF_STRESS_SCALE", "0.05")
+
+  def test_stress_suite_loses_nothing
+    bench = File.expand_path("../../bench/stress.rb", __dir__)
+    run = run_command([RbConfig.ruby, "-I", RPERF_BUILD_LIB, bench, "--scale=#{SCALE}", "--json"],
+                      timeout: 900)
+    rows = run.stdout.lines.grep(/\ARPERF_STRESS /).map { |l| JSON.parse(l.sub("RPERF_STRESS ", "")) }
+    assert_equal(13, rows.size, "every scenario reported\n#{run.describe}")
+    rows.each do |row|
+      what = "#{row['scenario']}: #{row}"
+      assert_equal(0, row["crashed"], what)
+      assert_equal(0, row["lost"], what)
+      # an accounting check (threads' sampled weight against their own
+      # clocks), generous: the figure itself goes to docs/reliability.md
+      assert_in_delta(1.0, row["weight_ratio"], 0.2, what) if row.key?("weight_ratio")
+    end
+  end
+end
