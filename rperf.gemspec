@@ -35,4 +35,6 @@ Gem::Specification.new do |s|
   end
   s.require_paths = ["ruby/lib"]
   s.extensions = ["ext/rperf/extconf.rb"]
+  s.bindir = "exe"
+  s.executables = ["rperf"]
 end
