@@ -6,7 +6,7 @@
 # the CMake files, the Ruby library and the `rperf` command; no tests, no
 # scripts, no build output.
 
-version = File.read(File.join(__dir__, "ruby/lib/rperf.rb"))[/^\s*VERSION = "([^"]+)"/, 1] or
+version = File.read(File.join(__dir__, "ruby/lib/rperf.rb"), encoding: "UTF-8")[/^\s*VERSION = "([^"]+)"/, 1] or
   raise "rperf.gemspec: VERSION not found in ruby/lib/rperf.rb"
 
 Gem::Specification.new do |s|

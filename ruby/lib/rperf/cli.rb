@@ -19,7 +19,7 @@ require "tmpdir"
 module Rperf
   class CLI
     LIB_DIR = File.expand_path("..", __dir__)
-    VERSION = File.read(File.join(LIB_DIR, "rperf.rb"))[/^\s*VERSION = "([^"]+)"/, 1]
+    VERSION = File.read(File.join(LIB_DIR, "rperf.rb"), encoding: "UTF-8")[/^\s*VERSION = "([^"]+)"/, 1]
     MANUAL = File.join(__dir__, "help.md")
     MAX_FREQUENCY = 10_000
     UNCATCHABLE = { Signal.list["KILL"] => "KILL", Signal.list["STOP"] => "STOP" }.freeze
@@ -92,7 +92,7 @@ module Rperf
 
     def help(args)
       case (topic = args.first)
-      when nil then @out.print File.read(MANUAL)
+      when nil then @out.print File.read(MANUAL, encoding: "UTF-8")
       when "record", "stat", "exec" then @out.print parser(topic, Settings.new).help
       else raise UsageError, "no help for #{topic.inspect} (topics: record, stat, exec)"
       end
