@@ -7,7 +7,8 @@
 # sitearchdir=DIR` in this directory.
 #
 # A missing prerequisite stops here with one message naming the Debian
-# packages to install. Overrides: CMAKE (cmake executable), CC (C compiler).
+# packages to install. Overrides: CMAKE (cmake executable), CC (C compiler),
+# MAKE.
 
 require "rbconfig"
 require "open3"
@@ -46,6 +47,9 @@ if cmake
 else
   missing << ["CMake >= #{CMAKE_MIN.join('.')}", "cmake"]
 end
+
+# RubyGems runs the Makefile with make
+missing << ["make", "make"] unless which(Shellwords.split(ENV["MAKE"] || "make").first.to_s)
 
 cc = Shellwords.split(ENV["CC"] || RbConfig::CONFIG["CC"] || "cc")
 if cc.empty? || !which(cc[0]) ||
