@@ -12,6 +12,9 @@
 # rperf.so (core/, backends/, exporters/, ruby/*.c).
 
 require "rperf.so"
+# Loaded by rperf 0.6 too; scripts written for it may rely on them.
+require "zlib"
+require "stringio"
 
 module Rperf
   VERSION = "0.7.0"
@@ -216,10 +219,16 @@ module Rperf
       warn format("[rperf] samples recorded: %d, dropped: %d, profiler memory: %d bytes (%s)",
                   samples.size, data[:dropped_samples], data[:profiler_memory_bytes], data[:allocator])
       flat = Hash.new(0)
-      samples.each { |frames, w| flat[frames[0]] += w if frames[0] }
-      warn "[rperf] top 10 by flat:"
-      flat.sort_by { |_, w| -w }.first(10).each do |(path, label), w|
-        warn format("[rperf] %8.1fms %5.1f%%  %s (%s)", w / 1e6, total.positive? ? 100.0 * w / total : 0, label, path)
+      cum = Hash.new(0)
+      samples.each do |frames, w|
+        flat[frames[0]] += w if frames[0]
+        frames.uniq.each { |f| cum[f] += w } # recursion counts once per sample
+      end
+      { "flat" => flat, "cum" => cum }.each do |name, table|
+        warn "[rperf] top 10 by #{name}:"
+        table.sort_by { |_, w| -w }.first(10).each do |(path, label), w|
+          warn format("[rperf] %8.1fms %5.1f%%  %s (%s)", w / 1e6, total.positive? ? 100.0 * w / total : 0, label, path)
+        end
       end
     end
 

@@ -47,9 +47,12 @@ module InteropHelper
     exit 77
   end
 
+  # The readers print UTF-8 whatever the locale: read bytes, tag them UTF-8
+  # (under LANG unset / POSIX, Ruby would tag them US-ASCII and regexps on
+  # them would raise).
   def run_cmd(*cmd, env: {})
-    out, err, st = Open3.capture3(env, *cmd)
-    [out, err, st]
+    out, err, st = Open3.capture3(env, *cmd, binmode: true)
+    [out.force_encoding(Encoding::UTF_8), err.force_encoding(Encoding::UTF_8), st]
   end
 
   # ---- fixtures -----------------------------------------------------------

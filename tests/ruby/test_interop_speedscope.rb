@@ -73,7 +73,7 @@ class TestInteropSpeedscope < Test::Unit::TestCase
 
   def test_json_semantics
     write_all(".speedscope.json", :json).each do |f|
-      doc = ::JSON.parse(File.read(f))
+      doc = ::JSON.parse(File.read(f, encoding: "UTF-8"))
       n = doc["shared"]["frames"].size
       doc["profiles"].each do |pr|
         assert_equal(pr["samples"].size, pr["weights"].size, f)

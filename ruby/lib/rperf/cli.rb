@@ -1,0 +1,314 @@
+# frozen_string_literal: true
+
+# rperf/cli.rb — the `rperf` command (exe/rperf): record, stat, exec, help.
+#
+# The CLI never profiles itself. It validates the options, then runs the
+# command with `RUBYOPT=-rrperf`, the library on `RUBYLIB` and the settings in
+# `RPERF_*` variables, so that every Ruby started by the command profiles
+# itself through the library's environment auto-start (ruby/lib/rperf.rb).
+# It waits for the command and exits with its status (a command killed by a
+# signal kills the CLI with the same signal). Every usage error is one line
+# on stderr plus the usage text, exit status 1. docs/cli.md lists every
+# option; ruby/lib/rperf/help.md is the manual `rperf help` prints.
+
+require "fileutils"
+require "optparse"
+require "rbconfig"
+require "tmpdir"
+
+module Rperf
+  class CLI
+    LIB_DIR = File.expand_path("..", __dir__)
+    VERSION = File.read(File.join(LIB_DIR, "rperf.rb"), encoding: "UTF-8")[/^\s*VERSION = "([^"]+)"/, 1]
+    MANUAL = File.join(__dir__, "help.md")
+    MAX_FREQUENCY = 10_000
+    UNCATCHABLE = { Signal.list["KILL"] => "KILL", Signal.list["STOP"] => "STOP" }.freeze
+    # Signals the CLI passes on to the command. INT and QUIT come from the
+    # terminal to the whole process group, so the command has them already.
+    FORWARDED = %w[TERM HUP USR1 USR2].freeze
+    # Variables the CLI owns: unset in the command's environment unless set.
+    ENV_KEYS = %w[RPERF_ENABLED RPERF_MODE RPERF_FREQUENCY RPERF_OUTPUT RPERF_FORMAT RPERF_SIGNAL
+                  RPERF_BACKEND RPERF_AGGREGATE RPERF_STAT RPERF_VERBOSE RPERF_STAT_COMMAND
+                  RPERF_STAT_REPORT].freeze
+
+    USAGE = <<~TEXT
+      Usage: rperf <subcommand> [options] command [args...]
+
+      Subcommands:
+        record   profile a command, write a profile file (default rperf.data, pprof)
+        stat     run a command, print performance stats to stderr at its exit
+        exec     stat with the flat and cumulative tables always
+        help     print the manual
+
+      Options:
+        -h, --help       this usage
+        -v, --version    print the version
+
+      `rperf <subcommand> -h` lists the options of a subcommand.
+    TEXT
+
+    class UsageError < StandardError
+      attr_reader :subcommand
+
+      def initialize(message, subcommand = nil)
+        super(message)
+        @subcommand = subcommand
+      end
+    end
+
+    Settings = Struct.new(:subcommand, :output, :frequency, :mode, :format, :print, :signal,
+                          :backend, :aggregate, :verbose, :report)
+
+    def initialize(out: $stdout, err: $stderr)
+      @out = out
+      @err = err
+    end
+
+    # Returns the exit status.
+    def run(argv)
+      args = argv.dup
+      case (sub = args.shift)
+      when nil then raise UsageError, "no subcommand given"
+      when "-h", "--help" then @out.print USAGE
+      when "-v", "--version" then @out.puts "rperf #{VERSION}"
+      when "help" then help(args)
+      when "record", "stat", "exec"
+        settings = parse(sub, args)
+        return 0 if settings.nil? # -h
+
+        return run_command(settings, args)
+      else
+        raise UsageError, "unknown subcommand #{sub.inspect}"
+      end
+      0
+    rescue UsageError => e
+      @err.puts "rperf: #{e.message}"
+      @err.puts
+      @err.print e.subcommand ? parser(e.subcommand, Settings.new).help : USAGE
+      1
+    end
+
+    private
+
+    def help(args)
+      case (topic = args.first)
+      when nil then @out.print File.read(MANUAL, encoding: "UTF-8")
+      when "record", "stat", "exec" then @out.print parser(topic, Settings.new).help
+      else raise UsageError, "no help for #{topic.inspect} (topics: record, stat, exec)"
+      end
+    end
+
+    # -> Settings, or nil after -h; raises UsageError. Leaves the command in args.
+    def parse(sub, args)
+      s = Settings.new(sub, nil, 1000, sub == "record" ? "cpu" : "wall", nil, false, nil, nil, true,
+                       false, sub == "exec")
+      wants_help = false
+      op = parser(sub, s) { wants_help = true }
+      begin
+        op.order!(args)
+      rescue OptionParser::ParseError => e
+        raise UsageError.new(e.message, sub)
+      end
+      if wants_help
+        @out.print op.help
+        return nil
+      end
+      raise UsageError.new("no command specified", sub) if args.empty?
+      raise UsageError.new("-p/--print and -o/--output cannot be combined", sub) if s.print && s.output
+
+      validate(s)
+      s
+    end
+
+    def parser(sub, s, &on_help)
+      OptionParser.new do |op|
+        op.banner = "Usage: rperf #{sub} [options] command [args...]"
+        op.separator ""
+        op.separator(
+          case sub
+          when "record" then "Profile the command and write a profile file at its exit."
+          when "stat" then "Run the command and print performance stats to stderr at its exit."
+          else "Run the command and print performance stats and the flat and cumulative tables to stderr."
+          end
+        )
+        op.separator ""
+        op.separator "Options:"
+        if sub == "record"
+          op.on("-o", "--output PATH", "profile file (default rperf.data; format from the suffix)") { |v| s.output = v }
+        else
+          op.on("-o", "--output PATH", "also write a profile file (default: none)") { |v| s.output = v }
+        end
+        op.on("-f", "--frequency HZ", "samples per second, 1..#{MAX_FREQUENCY} (default 1000)") { |v| s.frequency = v }
+        op.on("-m", "--mode MODE", "cpu or wall (default #{sub == 'record' ? 'cpu' : 'wall'})") { |v| s.mode = v }
+        op.on("--format NAME", "pprof, collapsed, json, text or a registered exporter " \
+                               "(default: from the output suffix)") { |v| s.format = v }
+        op.on("-p", "--print", "print the text report to stdout instead of writing a file") { s.print = true } if sub == "record"
+        op.on("--signal N|false", "timer signal number (signal backend), or false for the nanosleep backend") { |v| s.signal = v }
+        op.on("--backend NAME", "timer backend: signal (default) or nanosleep") { |v| s.backend = v }
+        op.on("--no-aggregate", "keep every sample (raw mode)") { s.aggregate = false }
+        op.on("--report", "add the flat and cumulative tables to the stats") { s.report = true } if sub == "stat"
+        op.on("-v", "--verbose", "print sampling statistics and the top frames to stderr") { s.verbose = true }
+        op.on("-h", "--help", "this help") { on_help&.call }
+      end
+    end
+
+    def validate(s)
+      sub = s.subcommand
+      freq = Integer(s.frequency.to_s, 10, exception: false)
+      unless freq&.positive?
+        raise UsageError.new("frequency must be a positive integer (got #{s.frequency})", sub)
+      end
+      if freq > MAX_FREQUENCY
+        raise UsageError.new("frequency must be <= #{MAX_FREQUENCY} (10KHz), got #{freq}", sub)
+      end
+      s.frequency = freq
+      unless %w[cpu wall].include?(s.mode)
+        raise UsageError.new("mode must be cpu or wall, got #{s.mode.inspect}", sub)
+      end
+      validate_signal(s)
+      if s.backend && !library.backends.include?(s.backend.to_sym)
+        raise UsageError.new("unknown backend #{s.backend.inspect} " \
+                             "(available: #{library.backends.join(', ')})", sub)
+      end
+      if s.format && !library.exporters.include?(s.format.to_sym)
+        raise UsageError.new("unknown format #{s.format.inspect} " \
+                             "(available: #{library.exporters.join(', ')})", sub)
+      end
+    end
+
+    def validate_signal(s)
+      sub = s.subcommand
+      return if s.signal.nil?
+
+      if s.signal == "false"
+        implied = "nanosleep"
+      else
+        signo = Integer(s.signal, 10, exception: false)
+        raise UsageError.new("signal must be a signal number or false, got #{s.signal.inspect}", sub) unless signo
+        if UNCATCHABLE.key?(signo)
+          raise UsageError.new("signal #{signo} (#{UNCATCHABLE[signo]}) cannot be caught; use a different signal", sub)
+        end
+        unless signo.between?(1, 64)
+          raise UsageError.new("signal must be a catchable signal number 1..64 or false, got #{signo}", sub)
+        end
+        implied = "signal"
+      end
+      return unless s.backend && s.backend != implied
+
+      raise UsageError.new("--backend #{s.backend} conflicts with --signal #{s.signal} " \
+                           "(--signal false selects nanosleep, a number selects signal)", sub)
+    end
+
+    # The library, loaded into the CLI only to list backends and exporters
+    # (never started here).
+    def library
+      @library ||= begin
+        $LOAD_PATH.unshift(*load_dirs.reverse)
+        enabled = ENV.delete("RPERF_ENABLED")
+        begin
+          require "rperf"
+        ensure
+          ENV["RPERF_ENABLED"] = enabled if enabled
+        end
+        Rperf
+      end
+    end
+
+    # Directories the command needs on RUBYLIB: this library, and the
+    # directory holding rperf.so when it is elsewhere (a checkout's build
+    # directory; an installed gem has it next to the library or in its
+    # extension directory).
+    def load_dirs
+      @load_dirs ||= begin
+        root = File.expand_path("../..", LIB_DIR)
+        candidates = [LIB_DIR]
+        candidates << File.join(ENV["RPERF_BUILD_DIR"], "lib") if ENV["RPERF_BUILD_DIR"]
+        candidates << File.join(root, "build", "lib")
+        spec = defined?(Gem) && Gem.loaded_specs["rperf"]
+        candidates << spec.extension_dir if spec
+        so_dir = candidates.find { |d| File.exist?(File.join(d, "rperf.so")) }
+        [LIB_DIR, so_dir].compact.uniq
+      end
+    end
+
+    def child_env(s, cmd, print_path)
+      env = ENV_KEYS.to_h { |k| [k, nil] }
+      env.merge!(
+        "RPERF_ENABLED" => "1",
+        "RPERF_MODE" => s.mode,
+        "RPERF_FREQUENCY" => s.frequency.to_s,
+        "RUBYOPT" => ["-rrperf", ENV["RUBYOPT"]].compact.reject(&:empty?).join(" "),
+        "RUBYLIB" => [*load_dirs, ENV["RUBYLIB"]].compact.reject(&:empty?).join(File::PATH_SEPARATOR),
+      )
+      env["RPERF_OUTPUT"] = print_path || s.output || (s.subcommand == "record" ? "rperf.data" : nil)
+      env["RPERF_FORMAT"] = print_path ? "text" : s.format
+      env["RPERF_SIGNAL"] = s.signal
+      env["RPERF_BACKEND"] = s.backend
+      env["RPERF_AGGREGATE"] = "0" unless s.aggregate
+      env["RPERF_VERBOSE"] = "1" if s.verbose
+      if s.subcommand != "record"
+        env["RPERF_STAT"] = "1"
+        env["RPERF_STAT_COMMAND"] = cmd.join(" ")
+        env["RPERF_STAT_REPORT"] = "1" if s.report
+      end
+      env
+    end
+
+    def run_command(s, cmd)
+      dir = s.print ? Dir.mktmpdir("rperf-") : nil # mode 0700
+      print_path = dir && File.join(dir, "profile.txt")
+      env = child_env(s, cmd, print_path)
+      # `ruby` means the Ruby rperf was built for (rperf.so is tied to it).
+      argv = cmd[0] == "ruby" ? [RbConfig.ruby, *cmd[1..]] : cmd
+      status = spawn_and_wait(env, argv)
+      return status if status.is_a?(Integer)
+
+      @out.write(File.binread(print_path)) if print_path && File.exist?(print_path)
+      exit_status(status)
+    ensure
+      FileUtils.remove_entry(dir) if dir && File.directory?(dir)
+    end
+
+    def spawn_and_wait(env, argv)
+      old = {}
+      pid = nil
+      FORWARDED.each do |sig|
+        old[sig] = trap(sig) { Process.kill(sig, pid) if pid rescue nil } # rubocop:disable Style/RescueModifier
+      end
+      old["INT"] = trap("INT") {}
+      old["QUIT"] = trap("QUIT") {}
+      begin
+        pid = Process.spawn(env, [argv[0], argv[0]], *argv[1..])
+      rescue Errno::ENOENT
+        @err.puts "rperf: command not found: #{argv[0]}"
+        return 127
+      rescue SystemCallError => e
+        @err.puts "rperf: cannot run #{argv[0]}: #{e.message}"
+        return 126
+      end
+      Process.wait2(pid)[1]
+    ensure
+      old.each { |sig, h| trap(sig, h || "DEFAULT") }
+    end
+
+    # The command's exit status; a command killed by a signal kills the CLI
+    # with the same signal (so a caller sees what a shell would).
+    def exit_status(status)
+      return status.exitstatus if status.exited?
+
+      sig = status.termsig
+      return 1 unless sig
+
+      @out.flush
+      @err.flush
+      begin
+        trap(sig, "SYSTEM_DEFAULT")
+      rescue ArgumentError
+        return 128 + sig # a signal Ruby reserves (SEGV, BUS, ...): the shell's convention
+      end
+      Process.kill(sig, Process.pid)
+      sleep 1 # not reached when the signal's default action ends the process
+      128 + sig
+    end
+  end
+end

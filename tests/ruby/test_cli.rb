@@ -1,0 +1,232 @@
+# frozen_string_literal: true
+
+# tests/ruby/test_cli.rb — the `rperf` command (exe/rperf, ruby/lib/rperf/cli.rb)
+# run as a user runs it, from a temporary directory: every usage error (one
+# line, the usage, exit 1, nothing run), help and version, record writing a
+# readable file, stat/exec printing the stats block to stderr, settings
+# reaching the command, and the command's exit status passed on.
+
+require_relative "helper"
+require "zlib"
+
+class TestCLI < Test::Unit::TestCase
+  EXE = File.expand_path("../../exe/rperf", __dir__)
+  # A command that burns ~0.1 s of CPU in a named method.
+  WORK = ["ruby", "-e", "def rperf_cli_work = 3_000_000.times { }; rperf_cli_work"].freeze
+
+  def setup
+    @dir = Dir.mktmpdir("rperf-cli-test")
+  end
+
+  def teardown
+    FileUtils.remove_entry(@dir)
+  end
+
+  # -> [stdout, stderr, Process::Status], run in @dir
+  def rperf(*args, env: {})
+    Open3.capture3({ "RUBYOPT" => nil, "RPERF_ENABLED" => nil }.merge(env), RbConfig.ruby, EXE, *args,
+                   chdir: @dir)
+  end
+
+  # A usage error: one message line, a blank line, the usage; exit 1; the
+  # command did not run (it would have created a marker file).
+  def assert_usage_error(args, message)
+    marker = File.join(@dir, "ran")
+    out, err, st = rperf(*args, "ruby", "-e", "File.write(#{marker.dump}, '')")
+    assert_equal(1, st.exitstatus, "#{args.inspect}: #{err}")
+    lines = err.lines
+    assert_match(message, lines[0], args.inspect)
+    assert_equal("\n", lines[1], "#{args.inspect}: a blank line, then the usage\n#{err}")
+    assert_match(/\AUsage: rperf/, lines[2], args.inspect)
+    assert_equal("", out)
+    refute(File.exist?(marker), "#{args.inspect}: the command must not run")
+    err
+  end
+
+  def test_no_subcommand
+    out, err, st = rperf
+    assert_equal(1, st.exitstatus)
+    assert_equal("rperf: no subcommand given\n", err.lines[0])
+    assert_match(/^Usage: rperf <subcommand>/, err)
+    assert_equal("", out)
+  end
+
+  def test_unknown_subcommand
+    err = assert_usage_error(["bogus"], /\Arperf: unknown subcommand "bogus"$/)
+    assert_match(/^Subcommands:/, err)
+  end
+
+  def test_no_command
+    %w[record stat exec].each do |sub|
+      out, err, st = rperf(sub)
+      assert_equal(1, st.exitstatus, sub)
+      assert_equal("rperf: no command specified\n", err.lines[0], sub)
+      assert_match(/^Usage: rperf #{sub} \[options\] command/, err, sub)
+      assert_equal("", out)
+    end
+  end
+
+  def test_unknown_option
+    %w[record stat exec].each do |sub|
+      err = assert_usage_error([sub, "--bogus"], /\Arperf: invalid option: --bogus$/)
+      assert_match(/^Usage: rperf #{sub} /, err)
+    end
+    assert_usage_error(%w[stat --print], /invalid option: --print/) # record only
+    assert_usage_error(%w[record --report], /invalid option: --report/) # stat only
+  end
+
+  def test_missing_option_argument
+    out, err, st = rperf("record", "-o")
+    assert_equal(1, st.exitstatus)
+    assert_equal("rperf: missing argument: -o\n", err.lines[0])
+    assert_equal("", out)
+  end
+
+  def test_bad_frequency
+    assert_usage_error(%w[record -f 0], /\Arperf: frequency must be a positive integer \(got 0\)$/)
+    assert_usage_error(%w[stat --frequency -5], /frequency must be a positive integer \(got -5\)/)
+    assert_usage_error(%w[exec -f abc], /frequency must be a positive integer \(got abc\)/)
+    assert_usage_error(%w[record -f 10001], /\Arperf: frequency must be <= 10000 \(10KHz\), got 10001$/)
+  end
+
+  def test_bad_mode
+    assert_usage_error(%w[record -m gpu], /\Arperf: mode must be cpu or wall, got "gpu"$/)
+    assert_usage_error(%w[stat --mode CPU], /mode must be cpu or wall, got "CPU"/)
+  end
+
+  def test_uncatchable_or_bad_signal
+    assert_usage_error(%w[record --signal 9], /\Arperf: signal 9 \(KILL\) cannot be caught; use a different signal$/)
+    assert_usage_error(%w[stat --signal 19], /signal 19 \(STOP\) cannot be caught/)
+    assert_usage_error(%w[record --signal 99], /signal must be a catchable signal number 1\.\.64 or false, got 99/)
+    assert_usage_error(%w[record --signal SIGUSR1], /signal must be a signal number or false, got "SIGUSR1"/)
+    assert_usage_error(%w[record --signal false --backend signal], /--backend signal conflicts with --signal false/)
+  end
+
+  def test_unknown_backend_and_format
+    assert_usage_error(%w[record --backend itimer], /\Arperf: unknown backend "itimer" \(available: signal, nanosleep\)$/)
+    assert_usage_error(%w[record --format svg], /\Arperf: unknown format "svg" \(available: .*pprof.*\)$/)
+  end
+
+  def test_print_with_output
+    assert_usage_error(%w[record -p -o x.txt], /-p\/--print and -o\/--output cannot be combined/)
+  end
+
+  def test_help_and_version
+    out, err, st = rperf("--version")
+    assert_equal(["rperf #{Rperf::VERSION}\n", "", 0], [out, err, st.exitstatus])
+    out, _, st = rperf("-h")
+    assert_equal(0, st.exitstatus)
+    assert_match(/\AUsage: rperf <subcommand>/, out)
+    %w[record stat exec].each do |sub|
+      out, err, st = rperf(sub, "-h")
+      assert_equal(0, st.exitstatus, err)
+      assert_match(/\AUsage: rperf #{sub} \[options\] command \[args\.\.\.\]/, out)
+      %w[--output --frequency --mode --format --signal --backend --no-aggregate --verbose --help].each do |opt|
+        assert_match(/#{opt}\b/, out, "#{sub} -h lists #{opt}")
+      end
+      assert_equal(sub == "record", out.include?("--print"), sub)
+      assert_equal(sub == "stat", out.include?("--report"), sub)
+      assert_equal(out, rperf("help", sub)[0], "rperf help #{sub} = rperf #{sub} -h")
+    end
+    out, _, st = rperf("help")
+    assert_equal(0, st.exitstatus)
+    ["# rperf manual", "## Command line", "## Ruby API", "## Modes", "## Output formats",
+     "## Synthetic frames", "## Reading the results", "## Diagnosing common problems"].each do |h|
+      assert_include(out, "\n#{h}\n") if h.start_with?("##")
+      assert(out.start_with?(h), "manual title") unless h.start_with?("##")
+    end
+  end
+
+  def test_record_writes_pprof_by_default
+    out, err, st = rperf("record", *WORK)
+    assert_equal(0, st.exitstatus, err)
+    assert_equal("", out)
+    path = File.join(@dir, "rperf.data")
+    assert(File.exist?(path), "record writes rperf.data in the current directory")
+    pb = Zlib.gunzip(File.binread(path))
+    assert_equal(0x0a, pb.getbyte(0), "a pprof Profile (field 1 first)")
+    assert_include(pb, "Object#rperf_cli_work")
+    assert_include(pb, "mode: cpu")
+  end
+
+  def test_record_output_format_from_suffix_and_flag
+    _, err, st = rperf("record", "-o", "p.collapsed", *WORK)
+    assert_equal(0, st.exitstatus, err)
+    lines = File.read(File.join(@dir, "p.collapsed")).lines
+    assert(lines.all? { |l| l.match?(/\A\S.* \d+\n\z/) }, lines.first(3).inspect)
+    assert(lines.any? { |l| l.include?("Object#rperf_cli_work") })
+
+    _, err, st = rperf("record", "--format", "text", "-o", "p.out", *WORK)
+    assert_equal(0, st.exitstatus, err)
+    assert_match(/\ATotal: [\d.]+ms \(cpu\)\n/, File.read(File.join(@dir, "p.out")))
+  end
+
+  def test_settings_reach_the_command
+    out, err, st = rperf("record", "-p", "-v", "-f", "250", "-m", "wall", "--signal", "false", *WORK)
+    assert_equal(0, st.exitstatus, err)
+    assert_match(/\ATotal: [\d.]+ms \(wall\)\nSamples: \d+, Frequency: 250Hz\n/, out)
+    assert_match(/Object#rperf_cli_work/, out)
+    assert_match(/^\[rperf\] mode=wall frequency=250Hz backend=nanosleep$/, err)
+    assert_empty(Dir.children(@dir), "-p writes no file")
+  end
+
+  def test_verbose_tables
+    _, err, st = rperf("record", "-v", "-o", "v.pb.gz", *WORK)
+    assert_equal(0, st.exitstatus, err)
+    flat = err.index("[rperf] top 10 by flat:\n")
+    cum = err.index("[rperf] top 10 by cum:\n")
+    assert(flat && cum && flat < cum, err)
+    assert_match(/^\[rperf\] +[\d.]+ms +[\d.]+%  Object#rperf_cli_work \(-e\)$/, err[cum..])
+  end
+
+  def test_stat_prints_the_block_to_stderr
+    out, err, st = rperf("stat", *WORK, env: { "RPERF_OUTPUT" => "leaked.pb.gz" })
+    assert_equal(0, st.exitstatus, err)
+    assert_equal("", out)
+    assert_include(err, "\n Performance stats for '#{WORK.join(' ')}':\n\n")
+    %w[user sys real].each { |w| assert_match(/^ +[\d,]+\.\d ms +#{w}$/, err) }
+    assert_match(/^ +[\d,]+\.\d ms +[\d.]+%  CPU execution$/, err)
+    assert_match(/\[Ruby\] GC time \(\d+ count: \d+ minor, \d+ major\)/, err)
+    assert_match(/^  \d+ samples \/ \d+ triggers, [\d.]+% profiler overhead$/, err)
+    refute_match(/^ Flat:/, err, "tables only with --report")
+    assert_empty(Dir.children(@dir), "stat writes no file (RPERF_OUTPUT from outside is not passed on)")
+
+    _, err, st = rperf("stat", "--report", *WORK)
+    assert_equal(0, st.exitstatus, err)
+    assert_match(/^ Flat:.*Object#rperf_cli_work.* Cumulative:/m, err)
+
+    _, err, st = rperf("exec", "-o", "e.pb.gz", *WORK)
+    assert_equal(0, st.exitstatus, err)
+    assert_match(/Performance stats for .* Flat:.* Cumulative:/m, err)
+    assert(File.exist?(File.join(@dir, "e.pb.gz")), "stat/exec -o writes the file too")
+  end
+
+  def test_exit_status_propagates
+    %w[record stat exec].each do |sub|
+      _, err, st = rperf(sub, "-o", "x.pb.gz", "ruby", "-e", "exit 7")
+      assert_equal(7, st.exitstatus, "#{sub}: #{err}")
+    end
+    _, _, st = rperf("stat", "ruby", "-e", "Process.kill(:TERM, $$)")
+    assert_equal(Signal.list["TERM"], st.termsig, "a command killed by a signal")
+    _, err, st = rperf("record", "rperf-no-such-command")
+    assert_equal(127, st.exitstatus)
+    assert_equal("rperf: command not found: rperf-no-such-command\n", err)
+  end
+
+  def test_non_ruby_command_runs_unchanged
+    out, err, st = rperf("stat", "/bin/sh", "-c", "echo \"$RPERF_MODE $RPERF_ENABLED\"; exit 3")
+    assert_equal(3, st.exitstatus, err)
+    assert_equal("wall 1\n", out)
+  end
+end
+
+# `require "rperf"` loads what rperf 0.6 loaded, so its users' scripts work.
+class TestRequire < Test::Unit::TestCase
+  def test_require_loads_zlib_and_stringio
+    out, err, st = Open3.capture3(RbConfig.ruby, "--disable-gems", "-I", RPERF_BUILD_LIB,
+                                  "-I", File.expand_path("../../ruby/lib", __dir__), "-e",
+                                  'require "rperf"; print [Zlib::GzipWriter, StringIO].join(",")')
+    assert(st.success?, err)
+    assert_equal("Zlib::GzipWriter,StringIO", out)
+  end
+end
