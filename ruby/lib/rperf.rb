@@ -53,6 +53,7 @@ module Rperf
       end
       output = output.to_path if output.respond_to?(:to_path)
       exporter_name = resolve_exporter(exporter, format, output)
+      __check_output(output) if respond_to?(:__check_output, true)
 
       _c_start(frequency, MODES[mode], aggregate ? true : false, backend_name.to_s, signo, ring_size)
       @run = { output: output, exporter: exporter_name, aggregate: aggregate ? true : false,
@@ -80,10 +81,10 @@ module Rperf
         run = @run || {}
         @run = nil
         finish_result(data)
-        report_verbose(data) if run[:verbose]
-        report_stat(data, run) if run[:stat]
         # C exporters may still read the engine's data here
         write_output(data, run) if run[:output]
+        report_verbose(data) if run[:verbose]
+        report_stat(data, run) if run[:stat]
       ensure
         _c_release
       end
