@@ -148,9 +148,34 @@ int rperf_writer_memory_open(rperf_writer_t **out);
  * Called on the writer's thread. */
 typedef void *(*rperf_writer_grow_fn)(void *ctx, void *buf, size_t len, size_t cap);
 int rperf_writer_buffer_open(rperf_writer_t **out, rperf_writer_grow_fn grow, void *ctx);
-/* Writes go to "<path>.tmp.<random>" in the same directory; finish() renames
- * it to `path`. The file is created with mode 0666 & ~umask. */
+/* A file writer never replaces what is at `path` with something else.
+ * Symlinks (chains too) are followed to the final target, then:
+ * - a regular file, or nothing: writes go to "<target>.tmp.<random>" beside
+ *   it; finish() renames that over the target (atomic). A new file gets
+ *   mode 0666 & ~umask; an existing one keeps its owner and mode;
+ * - one of the process's descriptors (/dev/stdout, /dev/stderr, /dev/fd/N,
+ *   /proc/self/fd/N): written at its current offset, never closed;
+ * - a character device, FIFO (open blocks until a reader comes), Unix
+ *   socket (connected), a regular file with other hard links or one whose
+ *   owner cannot be given back: opened and written in place (not atomic;
+ *   a regular file is truncated at open);
+ * - a directory: -EISDIR.
+ * Returns -errno of the failing open (e.g. -ENOENT for a missing
+ * directory). */
 int rperf_writer_file_open(rperf_writer_t **out, const char *path);
+/* The same decision without writing anything, for a check long before the
+ * write (Rperf.start): 0, or a negative errno with a one-line reason in
+ * msg (may be NULL): a directory, a missing directory, a directory where no
+ * file can be created (tried for real with a probe file, removed at once:
+ * meaningful for root too), a target not writable, a descriptor not open
+ * for writing. A FIFO is not opened (that would block). */
+int rperf_writer_check_path(const char *path, char *msg, size_t msglen);
+/* Keep one descriptor in reserve (process-wide, idempotent; 0 or -errno):
+ * a file writer whose open fails with EMFILE/ENFILE closes it and retries,
+ * so a process that ran out of descriptors still gets its profile.
+ * rperf_writer_spare_release() closes it if unused. Thread-safe. */
+int rperf_writer_spare_reserve(void);
+void rperf_writer_spare_release(void);
 /* gzip (RFC 1952) stream into `inner`, which must outlive this writer and is
  * neither finished nor freed by it. level: 0-9, or -1 for zlib's default. */
 int rperf_writer_gzip_open(rperf_writer_t **out, rperf_writer_t *inner, int level);
@@ -243,8 +268,9 @@ int rperf_export_to_memory(const rperf_exporter_ops_t *ops, const rperf_profile_
                            const rperf_export_options_t *opts, int gzip,
                            unsigned char **data, size_t *len, char *errbuf, size_t errlen);
 
-/* Same, into `path` atomically (temporary file + rename; nothing is left at
- * `path` or beside it on failure). */
+/* Same, into `path` through rperf_writer_file_open() (a regular file is
+ * replaced atomically: nothing is left at `path` or beside it on failure;
+ * devices, FIFOs and descriptors are written in place). */
 int rperf_export_to_file(const rperf_exporter_ops_t *ops, const rperf_profile_view_t *view,
                          const rperf_export_options_t *opts, int gzip, const char *path,
                          char *errbuf, size_t errlen);

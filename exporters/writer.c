@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * writer.c — byte sinks for exporters: growable memory buffer, atomic file
- * (temporary file + rename), and gzip (zlib deflate with a gzip header) over
- * another writer. Errors are sticky.
+ * writer.c — byte sinks for exporters: growable memory buffer, file (what
+ * is at the path decides how: atomic replace, written in place, or one of
+ * the process's descriptors), and gzip (zlib deflate with a gzip header)
+ * over another writer; the output path check done at start and the spare
+ * descriptor kept for the file open at stop. Errors are sticky.
  *
  * Context: any non-signal thread; no Ruby API. A writer is used by one
  * thread at a time.
@@ -13,20 +15,34 @@
  * from the host's grow function (the Ruby binding grows a String, so the
  * output needs no final copy); a size hint (reserve) allocates exactly and
  * prefaults. File writers buffer 64 KiB before write(2) and retry short
- * writes and EINTR. The temporary file lives beside the target so the
- * final rename(2) is atomic on POSIX file systems; it is unlinked by
- * rperf_writer_free() unless rperf_writer_finish() succeeded. No fsync: the
- * guarantee is "never a partial file after a failed export", not durability
- * across power loss.
+ * writes and EINTR.
+ * A file writer never replaces what is at the path with something else:
+ * the path's symlinks are followed to the final target; a regular file (or
+ * nothing) is replaced atomically by a temporary file beside it, renamed
+ * over it at finish after taking the old file's owner and mode (unlinked by
+ * rperf_writer_free() unless finish succeeded); anything else — character
+ * device, FIFO, socket, a regular file with other hard links or one whose
+ * owner we cannot give back — is opened and written in place; /dev/stdout,
+ * /dev/fd/N, /proc/self/fd/N are written to that descriptor, never closed.
+ * No fsync: the guarantee is "never a partial regular file after a failed
+ * export", not durability across power loss.
+ * Descriptor exhaustion: a spare descriptor reserved at start (by the
+ * binding, rperf_writer_spare_reserve) is closed and the open retried when
+ * an open fails with EMFILE/ENFILE, so the profile is still written.
  * See also rperf_exporter.h (contract), run.c (rperf_export_*).
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -51,7 +67,9 @@ struct rperf_writer {
     void *grow_ctx;
     /* file */
     int fd;
-    char *path, *tmp_path;
+    int borrowed_fd;  /* fd is the process's own (/dev/stdout…): never closed */
+    char *path;       /* the final target (symlinks resolved) */
+    char *tmp_path;   /* NULL when written in place */
     /* gzip */
     rperf_writer_t *inner;
     z_stream zs;
@@ -140,7 +158,356 @@ mem_reserve(rperf_writer_t *w, size_t extra, int exact)
     return 0;
 }
 
-/* ---- file -------------------------------------------------------------------- */
+/* ---- file: where the bytes go ---------------------------------------------------- */
+
+/* The descriptor kept in reserve by rperf_writer_spare_reserve(), or -1. */
+static _Atomic int spare_fd = -1;
+
+int
+rperf_writer_spare_reserve(void)
+{
+    if (atomic_load(&spare_fd) >= 0)
+        return 0;
+    int fd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    int none = -1;
+    if (!atomic_compare_exchange_strong(&spare_fd, &none, fd))
+        close(fd); /* another thread reserved one meanwhile */
+    return 0;
+}
+
+void
+rperf_writer_spare_release(void)
+{
+    int fd = atomic_exchange(&spare_fd, -1);
+    if (fd >= 0)
+        close(fd);
+}
+
+/* After a call that failed with errno EMFILE/ENFILE: give the spare
+ * descriptor back to the system so that the retry can succeed. 1 if there
+ * was one. */
+static int
+use_spare(void)
+{
+    if (errno != EMFILE && errno != ENFILE)
+        return 0;
+    int fd = atomic_exchange(&spare_fd, -1);
+    if (fd < 0)
+        return 0;
+    close(fd);
+    return 1;
+}
+
+static int
+open_fd(const char *path, int flags, mode_t mode)
+{
+    int fd = open(path, flags | O_CLOEXEC, mode);
+    if (fd < 0 && use_spare())
+        fd = open(path, flags | O_CLOEXEC, mode);
+    return fd;
+}
+
+/* A Unix-domain stream socket at `path`, connected. */
+static int
+connect_unix(const char *path)
+{
+    struct sockaddr_un sa;
+    if (strlen(path) >= sizeof sa.sun_path) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 && use_spare())
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    memset(&sa, 0, sizeof sa);
+    sa.sun_family = AF_UNIX;
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}
+
+/* N when `p` names one of this process's descriptors (/dev/fd/N,
+ * /proc/self/fd/N, /proc/thread-self/fd/N, /proc/<our pid>/fd/N), else -1. */
+static int
+fd_path(const char *p)
+{
+    const char *rest = NULL;
+    char pid[48];
+    snprintf(pid, sizeof pid, "/proc/%ld/fd/", (long)getpid());
+    static const char *const prefixes[] = {"/dev/fd/", "/proc/self/fd/", "/proc/thread-self/fd/"};
+    for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0] && !rest; i++)
+        if (strncmp(p, prefixes[i], strlen(prefixes[i])) == 0)
+            rest = p + strlen(prefixes[i]);
+    if (!rest && strncmp(p, pid, strlen(pid)) == 0)
+        rest = p + strlen(pid);
+    if (!rest || *rest < '0' || *rest > '9')
+        return -1;
+    char *end;
+    long n = strtol(rest, &end, 10);
+    return *end || n > 1 << 30 ? -1 : (int)n;
+}
+
+/* What writing `path` means, decided when the writer opens (and by
+ * rperf_writer_check_path() at start). */
+typedef struct {
+    int how;          /* T_* */
+    int fd;           /* T_FD: the process's own descriptor */
+    char *path;       /* the final target, symlinks resolved (malloc'd) */
+    int exists;
+    struct stat st;   /* of the final target when it exists */
+} target_t;
+
+enum {
+    T_ATOMIC,  /* regular file or nothing: temporary file + rename */
+    T_INPLACE, /* device, FIFO, socket, or a regular file we must not replace */
+    T_FD,      /* one of our descriptors (/dev/stdout…): written, never closed */
+};
+
+/* Follow `path` through symlinks (chains too) to the final target. The
+ * kernel resolves every directory on the way; only the last component is
+ * followed here, so that a missing final target (dangling link) is known
+ * by its own name and a descriptor link (/dev/stdout -> /proc/self/fd/1)
+ * is recognised before its magic target ("pipe:[…]") is read. */
+static int
+resolve_chain(const char *path, target_t *t, char *msg, size_t msglen)
+{
+    t->fd = -1;
+    char *cur = strdup(path);
+    if (!cur)
+        return -ENOMEM;
+    for (int hops = 0;; hops++) {
+        int n = fd_path(cur);
+        if (n >= 0) {
+            t->how = T_FD;
+            t->fd = n;
+            t->path = cur;
+            int fl = fcntl(n, F_GETFL);
+            if (fl < 0 || (fl & O_ACCMODE) == O_RDONLY) {
+                snprintf(msg, msglen, "%s: descriptor %d is %s", path, n,
+                         fl < 0 ? "not open" : "not open for writing");
+                return fl < 0 ? -EBADF : -EACCES;
+            }
+            return 0;
+        }
+        if (lstat(cur, &t->st) != 0) {
+            int e = errno;
+            t->path = cur;
+            if (e == ENOENT)
+                return 0; /* a new file (its directory is checked by the caller) */
+            snprintf(msg, msglen, "%s: %s", cur, strerror(e));
+            return -e;
+        }
+        if (!S_ISLNK(t->st.st_mode)) {
+            t->exists = 1;
+            t->path = cur;
+            break;
+        }
+        if (hops >= 40) {
+            free(cur);
+            snprintf(msg, msglen, "%s: too many levels of symbolic links", path);
+            return -ELOOP;
+        }
+        char link[PATH_MAX];
+        ssize_t len = readlink(cur, link, sizeof link - 1);
+        if (len < 0) {
+            int e = errno;
+            snprintf(msg, msglen, "%s: %s", cur, strerror(e));
+            free(cur);
+            return -e;
+        }
+        link[len] = '\0';
+        /* A relative link is relative to the directory holding it. */
+        const char *slash = strrchr(cur, '/');
+        size_t dlen = link[0] == '/' || !slash ? 0 : (size_t)(slash - cur) + 1;
+        char *next = malloc(dlen + (size_t)len + 1);
+        if (!next) {
+            free(cur);
+            return -ENOMEM;
+        }
+        memcpy(next, cur, dlen);
+        memcpy(next + dlen, link, (size_t)len + 1);
+        free(cur);
+        cur = next;
+    }
+    mode_t m = t->st.st_mode;
+    if (S_ISDIR(m)) {
+        snprintf(msg, msglen, "%s is a directory", t->path);
+        return -EISDIR;
+    }
+    /* A regular file with other hard links is written in place: a rename
+     * would leave the other names on the old contents. */
+    t->how = S_ISREG(m) && t->st.st_nlink <= 1 ? T_ATOMIC : T_INPLACE;
+    return 0;
+}
+
+static void
+target_free(target_t *t)
+{
+    free(t->path);
+    t->path = NULL;
+}
+
+/* resolve_chain(), owning nothing on failure (a message in msg). */
+static int
+resolve_target(const char *path, target_t *t, char *msg, size_t msglen)
+{
+    memset(t, 0, sizeof *t);
+    t->fd = -1;
+    int rc = resolve_chain(path, t, msg, msglen);
+    if (rc)
+        target_free(t);
+    return rc;
+}
+
+/* "<dir of target>" into buf (for messages and the check). */
+static void
+dir_of(const char *p, char *buf, size_t len)
+{
+    const char *slash = strrchr(p, '/');
+    if (!slash)
+        snprintf(buf, len, ".");
+    else if (slash == p)
+        snprintf(buf, len, "/");
+    else
+        snprintf(buf, len, "%.*s", (int)(slash - p), p);
+}
+
+/* Create "<target>.tmp.<random>" with O_EXCL; its name goes to tmp (cap
+ * bytes). A random suffix with O_EXCL instead of mkstemp(): mkstemp creates
+ * the file 0600, and restoring 0666 & ~umask would need the process-wide,
+ * non-thread-safe umask(2). Returns the descriptor or -errno. */
+static int
+create_temp(const char *target, char *tmp, size_t cap, const void *salt)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t seed = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^
+                    ((uint64_t)getpid() << 40) ^ (uint64_t)(uintptr_t)salt;
+    int e = EEXIST;
+    for (int attempt = 0; attempt < 64; attempt++) {
+        seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+        snprintf(tmp, cap, "%s.tmp.%06x", target, (unsigned)(seed >> 40) & 0xffffffu);
+        int fd = open_fd(tmp, O_WRONLY | O_CREAT | O_EXCL, 0666);
+        if (fd >= 0)
+            return fd;
+        e = errno;
+        if (e != EEXIST)
+            break;
+    }
+    return -e;
+}
+
+/* An existing regular target keeps its owner and mode: the temporary file
+ * takes them before the rename. -EPERM when the owner cannot be given
+ * (not root, someone else's file): the caller then writes in place. */
+static int
+copy_owner_mode(int fd, const struct stat *st)
+{
+    struct stat mine;
+    if (fstat(fd, &mine) != 0)
+        return -errno;
+    if ((mine.st_uid != st->st_uid || mine.st_gid != st->st_gid) &&
+        fchown(fd, st->st_uid, st->st_gid) != 0)
+        return -errno;
+    if (fchmod(fd, st->st_mode & 07777) != 0)
+        return -errno;
+    return 0;
+}
+
+/* Open the non-atomic targets: descriptors, devices, FIFOs (blocks until a
+ * reader opens the other end), sockets, shared regular files. */
+static int
+open_in_place(const target_t *t)
+{
+    if (t->how == T_FD)
+        return t->fd;
+    if (t->exists && S_ISSOCK(t->st.st_mode))
+        return connect_unix(t->path);
+    int flags = O_WRONLY | O_NOCTTY | (t->exists && S_ISREG(t->st.st_mode) ? O_TRUNC : 0);
+    return open_fd(t->path, flags, 0);
+}
+
+int
+rperf_writer_check_path(const char *path, char *msg, size_t msglen)
+{
+    char scratch[8];
+    if (!msg || !msglen) {
+        msg = scratch;
+        msglen = sizeof scratch;
+    }
+    msg[0] = '\0';
+    if (!path || !*path) {
+        snprintf(msg, msglen, "empty path");
+        return -EINVAL;
+    }
+    target_t t;
+    int rc = resolve_target(path, &t, msg, msglen);
+    if (rc)
+        return rc;
+    if (t.how == T_FD) {
+        target_free(&t);
+        return 0;
+    }
+    if (t.how == T_INPLACE) {
+        /* Not opened now: a FIFO would block until its reader comes. */
+        if (access(t.path, W_OK) != 0) {
+            rc = -errno;
+            snprintf(msg, msglen, "%s is not writable: %s", t.path, strerror(-rc));
+        }
+        target_free(&t);
+        return rc;
+    }
+    /* Atomic: the directory must exist and take a new file — tried for
+     * real (a probe file, removed at once), which also catches read-only
+     * mounts and immutable directories where access(2) says yes to root. */
+    char dir[PATH_MAX];
+    dir_of(t.path, dir, sizeof dir);
+    struct stat ds;
+    if (stat(dir, &ds) != 0)
+        rc = -errno;
+    else if (!S_ISDIR(ds.st_mode))
+        rc = -ENOTDIR;
+    if (rc) {
+        if (rc == -ENOENT)
+            snprintf(msg, msglen, "directory %s does not exist", dir);
+        else
+            snprintf(msg, msglen, "directory %s: %s", dir, strerror(-rc));
+        target_free(&t);
+        return rc;
+    }
+    if (t.exists && access(t.path, W_OK) != 0) {
+        rc = -errno;
+        snprintf(msg, msglen, "%s is not writable: %s", t.path, strerror(-rc));
+        target_free(&t);
+        return rc;
+    }
+    size_t cap = strlen(t.path) + 32;
+    char *tmp = malloc(cap);
+    if (!tmp) {
+        target_free(&t);
+        return -ENOMEM;
+    }
+    int fd = create_temp(t.path, tmp, cap, &t);
+    if (fd < 0) {
+        rc = fd;
+        snprintf(msg, msglen, "cannot create files in %s: %s", dir, strerror(-rc));
+    } else {
+        close(fd);
+        unlink(tmp);
+    }
+    free(tmp);
+    target_free(&t);
+    return rc;
+}
 
 /* write(2) all of p[0..len), retrying short writes and EINTR. */
 static int
@@ -153,7 +520,8 @@ file_write_all(rperf_writer_t *w, const unsigned char *p, size_t len)
             if (errno == EINTR)
                 continue;
             int e = errno;
-            return rperf_writer_fail(w, -e, "write %s: %s", w->tmp_path, strerror(e));
+            return rperf_writer_fail(w, -e, "write %s: %s", w->tmp_path ? w->tmp_path : w->path,
+                                     strerror(e));
         }
         off += (size_t)n;
     }
@@ -328,42 +696,56 @@ rperf_writer_file_open(rperf_writer_t **out, const char *path)
 {
     if (!path || !*path)
         return -EINVAL;
+    char msg[8];
+    target_t t;
+    int rc = resolve_target(path, &t, msg, sizeof msg);
+    if (rc)
+        return rc;
     rperf_writer_t *w = new_writer(W_FILE);
-    if (!w)
+    if (!w) {
+        target_free(&t);
         return -ENOMEM;
-    size_t plen = strlen(path);
-    w->path = malloc(plen + 1);
-    w->tmp_path = malloc(plen + 32);
+    }
+    w->path = t.path; /* the final target: symlinks are written through */
     w->data = malloc(FILE_BUF_SIZE);
     w->cap = FILE_BUF_SIZE;
-    if (!w->path || !w->tmp_path || !w->data) {
+    if (!w->data) {
         rperf_writer_free(w);
         return -ENOMEM;
     }
-    memcpy(w->path, path, plen + 1);
-    /* A random suffix with O_EXCL instead of mkstemp(): mkstemp creates the
-     * file 0600, and restoring 0666 & ~umask would need the process-wide,
-     * non-thread-safe umask(2). */
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t seed = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^
-                    ((uint64_t)getpid() << 40) ^ (uint64_t)(uintptr_t)w;
-    int e = 0;
-    for (int attempt = 0; attempt < 64; attempt++) {
-        seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
-        snprintf(w->tmp_path, plen + 32, "%s.tmp.%06x", path, (unsigned)(seed >> 40) & 0xffffffu);
-        w->fd = open(w->tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-        if (w->fd >= 0)
-            break;
-        e = errno;
-        if (e != EEXIST)
-            break;
+    if (t.how == T_ATOMIC) {
+        size_t cap = strlen(t.path) + 32;
+        if (!(w->tmp_path = malloc(cap))) {
+            rperf_writer_free(w);
+            return -ENOMEM;
+        }
+        w->fd = create_temp(t.path, w->tmp_path, cap, w);
+        if (w->fd < 0) {
+            rc = w->fd;
+            free(w->tmp_path);
+            w->tmp_path = NULL;
+            rperf_writer_free(w);
+            return rc;
+        }
+        if (t.exists && (rc = copy_owner_mode(w->fd, &t.st)) != 0) {
+            /* Someone else's file we may write but not re-create as
+             * theirs: write it in place (not atomic) rather than replace it. */
+            close(w->fd);
+            w->fd = -1;
+            unlink(w->tmp_path);
+            free(w->tmp_path);
+            w->tmp_path = NULL;
+            t.how = T_INPLACE;
+        }
     }
-    if (w->fd < 0) {
-        free(w->tmp_path);
-        w->tmp_path = NULL;
-        rperf_writer_free(w);
-        return -(e ? e : EEXIST);
+    if (t.how != T_ATOMIC) {
+        w->fd = open_in_place(&t);
+        if (w->fd < 0) {
+            rc = -errno;
+            rperf_writer_free(w);
+            return rc;
+        }
+        w->borrowed_fd = t.how == T_FD;
     }
     *out = w;
     return 0;
@@ -410,13 +792,18 @@ rperf_writer_finish(rperf_writer_t *w)
     case W_FILE:
         if (file_flush(w))
             return w->err;
+        if (w->borrowed_fd) {
+            w->fd = -1; /* the process's own descriptor stays open */
+            break;
+        }
         if (close(w->fd) != 0) {
             int e = errno;
             w->fd = -1;
-            return rperf_writer_fail(w, -e, "close %s: %s", w->tmp_path, strerror(e));
+            return rperf_writer_fail(w, -e, "close %s: %s", w->tmp_path ? w->tmp_path : w->path,
+                                     strerror(e));
         }
         w->fd = -1;
-        if (rename(w->tmp_path, w->path) != 0) {
+        if (w->tmp_path && rename(w->tmp_path, w->path) != 0) {
             int e = errno;
             return rperf_writer_fail(w, -e, "rename %s -> %s: %s", w->tmp_path, w->path,
                                      strerror(e));
@@ -433,7 +820,7 @@ rperf_writer_free(rperf_writer_t *w)
     if (!w)
         return;
     if (w->kind == W_FILE) {
-        if (w->fd >= 0)
+        if (w->fd >= 0 && !w->borrowed_fd)
             close(w->fd);
         if (!w->finished && w->tmp_path)
             unlink(w->tmp_path);

@@ -7,10 +7,15 @@
  * Owns the conversion (conv_t, export_internal.h) and its frame store.
  * Defines, on module Rperf:
  *   Rperf._encode(name, data, opts)             -> String
- *   Rperf._encode_file(name, data, path, opts)  -> path (atomic write; gzip per exporter)
+ *   Rperf._encode_file(name, data, path, opts)  -> path (gzip per exporter; how a file
+ *                                                  is written: exporters/writer.c)
  *   Rperf._c_export_engine(name, path, data)    -> path (as _encode_file, from engine data)
  *   Rperf._c_exporters                          -> [[name, suffix, description, gzip], …]
  *   Rperf.gzip(string)                          -> gzip-compressed binary String
+ *   Rperf._c_output_check(path)                 -> nil or why path cannot be written
+ *                                                  (and keeps a spare descriptor)
+ *   Rperf._c_output_release                     -> nil (closes the spare descriptor)
+ *   Rperf._c_write_file(path, bytes)            -> path (a Ruby exporter's output)
  * (the public Rperf::PProf/Collapsed/JSON/Text.encode, Rperf.save … are in
  * ruby/lib/rperf/exporters.rb).
  *
@@ -43,6 +48,7 @@
  */
 #include <errno.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -806,6 +812,109 @@ rb_rperf_gzip(VALUE self, VALUE str)
     return rb_ensure(owned_to_str, (VALUE)&b, owned_free, (VALUE)&b);
 }
 
+/* ---- output files: the check at start, the spare descriptor, raw bytes ---- */
+
+/* Rperf._c_output_check(path) -> nil, or the reason (String) the path cannot
+ * be written. When it can, a spare descriptor is kept for the write at stop
+ * (rperf_writer_spare_reserve): running out of descriptors later does not
+ * lose the profile. */
+static VALUE
+rb_rperf_c_output_check(VALUE self, VALUE path)
+{
+    (void)self;
+    FilePathValue(path);
+    char msg[512];
+    int rc = rperf_writer_check_path(StringValueCStr(path), msg, sizeof msg);
+    if (rc)
+        return rb_str_new_cstr(msg);
+    rc = rperf_writer_spare_reserve();
+    if (rc)
+        return rb_sprintf("no file descriptor to reserve for it: %s", strerror(-rc));
+    return Qnil;
+}
+
+/* Rperf._c_output_release -> nil: closes the spare descriptor if unused. */
+static VALUE
+rb_rperf_c_output_release(VALUE self)
+{
+    (void)self;
+    rperf_writer_spare_release();
+    return Qnil;
+}
+
+typedef struct {
+    char *path;       /* malloc'd copies: used without the GVL */
+    char *data;
+    size_t len;
+    int rc;
+    char err[512];
+} raw_write_t;
+
+static void *
+write_file_nogvl(void *arg)
+{
+    raw_write_t *r = arg;
+    rperf_writer_t *w;
+    if ((r->rc = rperf_writer_file_open(&w, r->path))) {
+        snprintf(r->err, sizeof r->err, "cannot create %s: %s", r->path, strerror(-r->rc));
+        return NULL;
+    }
+    r->rc = rperf_writer_write(w, r->data, r->len);
+    if (!r->rc)
+        r->rc = rperf_writer_finish(w);
+    if (r->rc)
+        snprintf(r->err, sizeof r->err, "%s", rperf_writer_error(w));
+    rperf_writer_free(w); /* removes the temporary file unless finished */
+    return NULL;
+}
+
+static VALUE
+write_file_body(VALUE arg)
+{
+    rb_thread_call_without_gvl(write_file_nogvl, (void *)arg, NULL, NULL);
+    return Qnil;
+}
+
+static VALUE
+write_file_ensure(VALUE arg)
+{
+    raw_write_t *r = (raw_write_t *)arg;
+    free(r->data);
+    free(r->path);
+    return Qnil;
+}
+
+/* Rperf._c_write_file(path, bytes) -> path: bytes written as an exporter's
+ * file is (rperf_writer_file_open: atomic for regular files, in place for
+ * devices and FIFOs, symlinks followed). Raises SystemCallError. */
+static VALUE
+rb_rperf_c_write_file(VALUE self, VALUE path, VALUE bytes)
+{
+    (void)self;
+    FilePathValue(path);
+    StringValue(bytes);
+    const char *cpath = StringValueCStr(path);
+    /* Private copies, written without the GVL (a FIFO's reader may be a
+     * Ruby thread of this process) while GC could move the Strings. */
+    raw_write_t r;
+    memset(&r, 0, sizeof r);
+    r.len = (size_t)RSTRING_LEN(bytes);
+    r.data = malloc(r.len ? r.len : 1);
+    r.path = strdup(cpath);
+    if (!r.data || !r.path) {
+        free(r.data);
+        free(r.path);
+        rb_memerror();
+    }
+    memcpy(r.data, RSTRING_PTR(bytes), r.len);
+    rb_ensure(write_file_body, (VALUE)&r, write_file_ensure, (VALUE)&r);
+    if (r.rc == -ENOMEM)
+        rb_memerror();
+    if (r.rc)
+        rb_syserr_fail_str(-r.rc, rb_sprintf("rperf: %s", r.err));
+    return path;
+}
+
 void
 rperf_rb_exporters_init(VALUE mRperf)
 {
@@ -833,4 +942,7 @@ rperf_rb_exporters_init(VALUE mRperf)
     rb_define_module_function(mRperf, "_c_export_engine", rb_rperf_c_export_engine, 3);
     rb_define_module_function(mRperf, "_c_exporters", rb_rperf_c_exporters, 0);
     rb_define_module_function(mRperf, "gzip", rb_rperf_gzip, 1);
+    rb_define_module_function(mRperf, "_c_output_check", rb_rperf_c_output_check, 1);
+    rb_define_module_function(mRperf, "_c_output_release", rb_rperf_c_output_release, 0);
+    rb_define_module_function(mRperf, "_c_write_file", rb_rperf_c_write_file, 2);
 }

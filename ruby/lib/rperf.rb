@@ -56,6 +56,7 @@ module Rperf
       end
       output = output.to_path if output.respond_to?(:to_path)
       exporter_name = resolve_exporter(exporter, format, output)
+      __check_output(output) if respond_to?(:__check_output, true)
 
       verbose ||= ENV["RPERF_VERBOSE"] == "1"
       @run = { output: output, exporter: exporter_name, aggregate: aggregate ? true : false,
@@ -81,13 +82,15 @@ module Rperf
     # Rperf.stop is defined in C (ruby/api.c): it stops the engine before
     # any Ruby code runs, then calls __finish_stop with the result Hash, and
     # releases the engine's data afterwards (C exporters read it meanwhile).
+    # The output is written before the reports: a failing report never
+    # loses it.
     def __finish_stop(data)
       run = @run || {}
       @run = nil
       finish_result(data)
+      write_output(data, run) if run[:output]
       report_verbose(data) if run[:verbose]
       report_stat(data, run) if run[:stat]
-      write_output(data, run) if run[:output]
       data
     end
     private :__finish_stop

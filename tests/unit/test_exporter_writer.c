@@ -1,14 +1,20 @@
 /*
  * test_exporter_writer.c — writers (memory, caller-grown buffer, atomic
- * file, gzip, sticky errors), the registry (built-ins, runtime registration, validation) and
+ * file, file targets that are not replaced — symlinks, FIFO, descriptor,
+ * device, hard link, kept owner and mode —, the output path check, the
+ * spare descriptor under EMFILE, gzip, sticky errors), the registry (built-ins, runtime registration, validation) and
  * the export drivers' failure paths (no partial or temporary file left).
  * Context: plain C test program, no Ruby. Uses a private directory under
  * $TMPDIR (or /tmp), removed at the end.
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -206,6 +212,274 @@ RPERF_TEST(file_writer_unwritable)
     RPERF_CHECK_EQ(dir_entries(), 0);
 }
 
+
+/* Write `text` to `path` through a file writer. */
+static int
+write_text(const char *path, const char *text)
+{
+    rperf_writer_t *w;
+    int rc = rperf_writer_file_open(&w, path);
+    if (rc)
+        return rc;
+    rperf_writer_puts(w, text);
+    rc = rperf_writer_finish(w);
+    rperf_writer_free(w);
+    return rc;
+}
+
+/* 1 if the file at `path` holds exactly `want`. */
+static int
+file_is(const char *path, const char *want)
+{
+    size_t len;
+    char *s = slurp(path, &len);
+    int ok = s && len == strlen(want) && memcmp(s, want, len) == 0;
+    free(s);
+    return ok;
+}
+
+static char *
+in_dir(char *buf, size_t len, const char *name)
+{
+    snprintf(buf, len, "%s/%s", dir, name);
+    return buf;
+}
+
+RPERF_TEST(file_writer_follows_symlinks)
+{
+    char real[320], l1[320], l2[320], dangling[320], made[320];
+    in_dir(real, sizeof real, "real.txt");
+    in_dir(l1, sizeof l1, "link1");
+    in_dir(l2, sizeof l2, "link2");
+    in_dir(dangling, sizeof dangling, "dangling");
+    in_dir(made, sizeof made, "made.txt");
+    RPERF_CHECK_EQ(write_text(real, "old"), 0);
+    RPERF_CHECK_EQ(chmod(real, 0640), 0);
+    RPERF_CHECK_EQ(symlink("real.txt", l1), 0);   /* relative */
+    RPERF_CHECK_EQ(symlink(l1, l2), 0);           /* absolute, to a link */
+    RPERF_CHECK_EQ(symlink("made.txt", dangling), 0);
+    RPERF_CHECK_EQ(write_text(l2, "through two links"), 0);
+    struct stat st;
+    RPERF_CHECK(lstat(l1, &st) == 0 && S_ISLNK(st.st_mode));
+    RPERF_CHECK(lstat(l2, &st) == 0 && S_ISLNK(st.st_mode));
+    RPERF_CHECK(lstat(real, &st) == 0 && S_ISREG(st.st_mode));
+    RPERF_CHECK_EQ(st.st_mode & 07777, 0640); /* the target's mode is kept */
+    RPERF_CHECK(file_is(real, "through two links"));
+    /* A dangling link: its target is created, the link stays. */
+    RPERF_CHECK_EQ(write_text(dangling, "new"), 0);
+    RPERF_CHECK(lstat(dangling, &st) == 0 && S_ISLNK(st.st_mode));
+    RPERF_CHECK(file_is(made, "new"));
+    /* A loop is an error, not a hang. */
+    char loop[320];
+    in_dir(loop, sizeof loop, "loop");
+    RPERF_CHECK_EQ(symlink("loop", loop), 0);
+    rperf_writer_t *w = NULL;
+    RPERF_CHECK_EQ(rperf_writer_file_open(&w, loop), -ELOOP);
+    RPERF_CHECK(w == NULL);
+    unlink(loop);
+    unlink(l2);
+    unlink(l1);
+    unlink(dangling);
+    unlink(made);
+    unlink(real);
+    RPERF_CHECK_EQ(dir_entries(), 0);
+}
+
+RPERF_TEST(file_writer_keeps_owner_and_mode)
+{
+    char path[320];
+    in_dir(path, sizeof path, "owned.txt");
+    RPERF_CHECK_EQ(write_text(path, "old"), 0);
+    RPERF_CHECK_EQ(chmod(path, 0604), 0);
+    int root = geteuid() == 0;
+    if (root) /* only root can give a file away; it must come back to 4242 */
+        RPERF_CHECK_EQ(chown(path, 4242, 4243), 0);
+    struct stat before, after;
+    RPERF_CHECK_EQ(stat(path, &before), 0);
+    RPERF_CHECK_EQ(write_text(path, "replaced"), 0);
+    RPERF_CHECK_EQ(stat(path, &after), 0);
+    RPERF_CHECK(S_ISREG(after.st_mode));
+    RPERF_CHECK_EQ(after.st_mode & 07777, 0604);
+    RPERF_CHECK_EQ(after.st_uid, before.st_uid);
+    RPERF_CHECK_EQ(after.st_gid, before.st_gid);
+    RPERF_CHECK(after.st_ino != before.st_ino); /* replaced atomically */
+    RPERF_CHECK(file_is(path, "replaced"));
+    unlink(path);
+    RPERF_CHECK_EQ(dir_entries(), 0);
+}
+
+RPERF_TEST(file_writer_hard_link_in_place)
+{
+    char a[320], b[320];
+    in_dir(a, sizeof a, "a.txt");
+    in_dir(b, sizeof b, "b.txt");
+    RPERF_CHECK_EQ(write_text(a, "a much longer old content"), 0);
+    RPERF_CHECK_EQ(link(a, b), 0);
+    struct stat before, after;
+    RPERF_CHECK_EQ(stat(a, &before), 0);
+    RPERF_CHECK_EQ(write_text(a, "short"), 0);
+    RPERF_CHECK_EQ(stat(a, &after), 0);
+    RPERF_CHECK_EQ(after.st_ino, before.st_ino); /* the same file, both names */
+    RPERF_CHECK(file_is(b, "short")); /* truncated, not overlaid */
+    unlink(a);
+    unlink(b);
+    RPERF_CHECK_EQ(dir_entries(), 0);
+}
+
+/* A FIFO: the writer opens it in place (blocking until the reader, a child
+ * process, opens it) and the FIFO stays a FIFO. */
+RPERF_TEST(file_writer_fifo_in_place)
+{
+    char fifo[320], got[320];
+    in_dir(fifo, sizeof fifo, "fifo");
+    in_dir(got, sizeof got, "got.txt");
+    RPERF_CHECK_EQ(mkfifo(fifo, 0600), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int in = open(fifo, O_RDONLY);
+        int out = open(got, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        char buf[4096];
+        ssize_t n;
+        while (in >= 0 && out >= 0 && (n = read(in, buf, sizeof buf)) > 0)
+            if (write(out, buf, (size_t)n) != n)
+                _exit(2);
+        _exit(in >= 0 && out >= 0 ? 0 : 1);
+    }
+    RPERF_CHECK(pid > 0);
+    rperf_writer_t *w;
+    RPERF_CHECK_EQ(rperf_writer_file_open(&w, fifo), 0);
+    for (int i = 0; i < 20000; i++) /* > a pipe's buffer: the reader drains it */
+        rperf_writer_printf(w, "line %d\n", i);
+    RPERF_CHECK_EQ(rperf_writer_finish(w), 0);
+    rperf_writer_free(w);
+    int status = -1;
+    RPERF_CHECK_EQ(waitpid(pid, &status, 0), pid);
+    RPERF_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    struct stat st;
+    RPERF_CHECK(lstat(fifo, &st) == 0 && S_ISFIFO(st.st_mode));
+    size_t len;
+    char *s = slurp(got, &len);
+    RPERF_CHECK(s && strncmp(s, "line 0\nline 1\n", 14) == 0 && len == 208890);
+    free(s);
+    unlink(got);
+    unlink(fifo);
+    RPERF_CHECK_EQ(dir_entries(), 0);
+}
+
+/* /dev/fd/N: written to descriptor N, which stays open. */
+RPERF_TEST(file_writer_descriptor_path)
+{
+    int p[2];
+    RPERF_CHECK_EQ(pipe(p), 0);
+    char path[64];
+    snprintf(path, sizeof path, "/dev/fd/%d", p[1]);
+    RPERF_CHECK_EQ(write_text(path, "to the pipe"), 0);
+    RPERF_CHECK(fcntl(p[1], F_GETFD) >= 0); /* not closed */
+    snprintf(path, sizeof path, "/proc/self/fd/%d", p[1]);
+    RPERF_CHECK_EQ(write_text(path, "+"), 0);
+    close(p[1]);
+    char buf[64] = "";
+    ssize_t n = read(p[0], buf, sizeof buf - 1);
+    RPERF_CHECK_EQ(n, 12);
+    RPERF_CHECK_STR(buf, "to the pipe+");
+    /* The read end is not open for writing. */
+    snprintf(path, sizeof path, "/dev/fd/%d", p[0]);
+    char msg[200];
+    RPERF_CHECK_EQ(rperf_writer_check_path(path, msg, sizeof msg), -EACCES);
+    RPERF_CHECK(strstr(msg, "not open for writing") != NULL);
+    close(p[0]);
+}
+
+RPERF_TEST(file_writer_char_device_in_place)
+{
+    char dev[320];
+    in_dir(dev, sizeof dev, "mynull");
+    if (mknod(dev, S_IFCHR | 0666, makedev(1, 3)) != 0) {
+        printf("SKIP file_writer_char_device_in_place: mknod: %s (needs root)\n", strerror(errno));
+        return;
+    }
+    struct stat before, st;
+    RPERF_CHECK_EQ(lstat(dev, &before), 0);
+    RPERF_CHECK_EQ(rperf_writer_check_path(dev, NULL, 0), 0);
+    RPERF_CHECK_EQ(write_text(dev, "thrown away"), 0);
+    RPERF_CHECK(lstat(dev, &st) == 0 && S_ISCHR(st.st_mode));
+    RPERF_CHECK_EQ(st.st_rdev, makedev(1, 3));
+    RPERF_CHECK_EQ(st.st_ino, before.st_ino);
+    RPERF_CHECK_EQ(st.st_mode, before.st_mode);
+    unlink(dev);
+    RPERF_CHECK_EQ(dir_entries(), 0);
+}
+
+RPERF_TEST(check_path_at_start)
+{
+    char path[320], msg[512];
+    in_dir(path, sizeof path, "ok.txt");
+    RPERF_CHECK_EQ(rperf_writer_check_path(path, msg, sizeof msg), 0);
+    RPERF_CHECK_EQ(dir_entries(), 0); /* the probe file is gone */
+    RPERF_CHECK_EQ(rperf_writer_check_path(dir, msg, sizeof msg), -EISDIR);
+    RPERF_CHECK(strstr(msg, "is a directory") != NULL);
+    in_dir(path, sizeof path, "no-such-dir/out.txt");
+    RPERF_CHECK_EQ(rperf_writer_check_path(path, msg, sizeof msg), -ENOENT);
+    RPERF_CHECK(strstr(msg, "does not exist") != NULL && strstr(msg, "no-such-dir") != NULL);
+    RPERF_CHECK_EQ(rperf_writer_check_path("", msg, sizeof msg), -EINVAL);
+    /* A symlink to a directory is a directory. */
+    char l[320];
+    in_dir(l, sizeof l, "dirlink");
+    RPERF_CHECK_EQ(symlink(dir, l), 0);
+    RPERF_CHECK_EQ(rperf_writer_check_path(l, msg, sizeof msg), -EISDIR);
+    rperf_writer_t *w = NULL;
+    RPERF_CHECK_EQ(rperf_writer_file_open(&w, l), -EISDIR);
+    unlink(l);
+    /* A directory where no file can be created: as root, access(2) would say
+     * yes to 0555; the probe file says no only when not root. */
+    char ro[280];
+    in_dir(ro, sizeof ro, "ro");
+    RPERF_CHECK_EQ(mkdir(ro, 0555), 0);
+    snprintf(path, sizeof path, "%s/out.txt", ro);
+    if (geteuid() != 0) {
+        RPERF_CHECK_EQ(rperf_writer_check_path(path, msg, sizeof msg), -EACCES);
+        RPERF_CHECK(strstr(msg, "cannot create files in") != NULL);
+    } else {
+        printf("SKIP check_path_at_start (read-only directory): root may write a 0555 directory; "
+               "tests/ruby/test_output_targets.rb checks it as an unprivileged child\n");
+    }
+    rmdir(ro);
+    RPERF_CHECK_EQ(dir_entries(), 0);
+}
+
+/* Out of descriptors at stop: the spare descriptor reserved at start lets
+ * the writer open its file anyway, once. */
+RPERF_TEST(spare_descriptor_under_emfile)
+{
+    char path[320];
+    in_dir(path, sizeof path, "emfile.txt");
+    struct rlimit old;
+    RPERF_CHECK_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+    RPERF_CHECK_EQ(rperf_writer_spare_reserve(), 0);
+    RPERF_CHECK_EQ(rperf_writer_spare_reserve(), 0); /* idempotent: still one */
+    struct rlimit low = old;
+    low.rlim_cur = 64;
+    RPERF_CHECK_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+    int fds[64], n = 0;
+    while (n < 64 && (fds[n] = open("/dev/null", O_RDONLY)) >= 0)
+        n++;
+    RPERF_CHECK(n < 64 && errno == EMFILE);
+    RPERF_CHECK_EQ(write_text(path, "written anyway"), 0);
+    /* The spare is used up: once the process takes the slot it freed, the
+     * next open fails as the system says. */
+    RPERF_CHECK((fds[n] = open("/dev/null", O_RDONLY)) >= 0);
+    n++;
+    RPERF_CHECK_EQ(write_text(path, "again"), -EMFILE);
+    while (n > 0)
+        close(fds[--n]);
+    RPERF_CHECK_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+    RPERF_CHECK(file_is(path, "written anyway"));
+    unlink(path);
+    rperf_writer_spare_release();
+    rperf_writer_spare_release(); /* no-op */
+    RPERF_CHECK_EQ(dir_entries(), 0);
+}
+
 RPERF_TEST(gzip_writer)
 {
     rperf_writer_t *mem, *gz;
@@ -399,6 +673,12 @@ main(void)
     int rc = RPERF_RUN(RPERF_CASE(memory_writer), RPERF_CASE(buffer_writer_grow_fn),
                        RPERF_CASE(sticky_error),
                        RPERF_CASE(file_writer_atomic), RPERF_CASE(file_writer_unwritable),
+                       RPERF_CASE(file_writer_follows_symlinks),
+                       RPERF_CASE(file_writer_keeps_owner_and_mode),
+                       RPERF_CASE(file_writer_hard_link_in_place),
+                       RPERF_CASE(file_writer_fifo_in_place), RPERF_CASE(file_writer_descriptor_path),
+                       RPERF_CASE(file_writer_char_device_in_place), RPERF_CASE(check_path_at_start),
+                       RPERF_CASE(spare_descriptor_under_emfile),
                        RPERF_CASE(gzip_writer), RPERF_CASE(gzip_propagates_inner_error),
                        RPERF_CASE(registry_builtins), RPERF_CASE(registry_runtime_registration),
                        RPERF_CASE(failing_exporter_leaves_no_file),

@@ -3,7 +3,9 @@
 # rperf/exporters.rb — exporter selection and the Ruby side of the exporter
 # plugin API: the module encoders (Rperf::PProf, ::Collapsed, ::JSON, ::Text),
 # Ruby plugins (Rperf.register_exporter), Rperf.exporters, Rperf.save, and the
-# two helpers Rperf.start/stop use (__resolve_exporter, __export_at_stop).
+# helpers Rperf.start/stop use (__resolve_exporter, __check_output,
+# __export_at_stop). Files are written by exporters/writer.c (through
+# Rperf._encode_file / _c_export_engine / _c_write_file).
 #
 # C exporters are encoded by rperf.so (ruby/export.c: Rperf._encode,
 # Rperf._encode_file, Rperf._c_export_engine, Rperf._c_exporters,
@@ -92,14 +94,34 @@ module Rperf
       c_exporter_names + @ruby_exporters.keys
     end
 
-    # Encode `data` (a stop/snapshot result Hash) and write it to `path`
-    # atomically (temporary file + rename). Without exporter:/format:, the
-    # suffix of `path` decides (default pprof). pprof files are gzipped.
-    # Returns path. Raises on failure, leaving no partial file.
+    # Encode `data` (a stop/snapshot result Hash) and write it to `path`:
+    # a regular file (or a new one) atomically (temporary file + rename,
+    # owner and mode kept), through symlinks, and devices, FIFOs and
+    # /dev/stdout in place (docs/exporters.md). Without exporter:/format:,
+    # the suffix of `path` decides (default pprof). pprof files are gzipped.
+    # Returns path. Raises on failure, leaving no partial regular file.
     def save(path, data, exporter: nil, format: nil)
       name = __resolve_exporter(exporter, format, path)
+      flush_std_streams
       write_export(path_string!(path), data, name)
       path
+    end
+
+    # Rperf.start's check of output: (nil: nothing to check), before anything
+    # starts: a directory, a missing directory, a directory where no file can
+    # be created, a target that is not writable raise ArgumentError. When
+    # the path is fine, a spare file descriptor is kept until the output is
+    # written at stop, so that running out of descriptors meanwhile cannot
+    # lose the profile.
+    def __check_output(output)
+      return if output.nil?
+      path = path_string!(output)
+      reason = _c_output_check(path)
+      return unless reason
+
+      raise ArgumentError, "output: #{path.inspect} cannot be written: #{reason} " \
+                           "(accepted: a file in an existing writable directory, a symlink to one, " \
+                           "or a character device, FIFO or socket)"
     end
 
     # Validate start(exporter:, format:, output:) before anything starts.
@@ -130,6 +152,7 @@ module Rperf
     def __export_at_stop(data, path, name)
       name ||= __resolve_exporter(nil, nil, path)
       path = path_string!(path)
+      flush_std_streams
       if @ruby_exporters.key?(name)
         write_export(path, data, name)
       else
@@ -143,6 +166,8 @@ module Rperf
         nil # stderr itself is broken: nothing more we can do
       end
       false
+    ensure
+      _c_output_release
     end
 
     # The exporter a path's suffix selects (longest match wins).
@@ -207,27 +232,16 @@ module Rperf
       unless bytes.is_a?(String)
         raise TypeError, "exporter #{name.inspect} returned #{bytes.class}, expected a String"
       end
-      tmp = nil
-      done = false
-      begin
-        # O_EXCL with a random suffix: never clobber someone else's file.
-        10.times do
-          candidate = "#{path}.tmp.#{format('%06x', rand(0x1000000))}"
-          begin
-            File.open(candidate, File::WRONLY | File::CREAT | File::EXCL | File::BINARY, 0o666) do |f|
-              tmp = candidate
-              f.write(bytes)
-            end
-            break
-          rescue Errno::EEXIST
-            next
-          end
-        end
-        raise Errno::EEXIST, "#{path}.tmp.*" unless tmp
-        File.rename(tmp, path)
-        done = true
-      ensure
-        File.unlink(tmp) if tmp && !done && File.exist?(tmp)
+      _c_write_file(path, bytes)
+    end
+
+    # Our own buffered output first, then the profile (it may go to the same
+    # descriptor: output: "/dev/stdout").
+    def flush_std_streams
+      [$stdout, $stderr].each do |io|
+        io.flush
+      rescue StandardError
+        nil
       end
     end
   end
