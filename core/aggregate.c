@@ -13,7 +13,7 @@
 
 typedef struct agg_entry {
     uint64_t hash;
-    uint32_t off;         /* into pool */
+    uint64_t off;         /* into pool (64-bit: raw mode grows past 4G ids) */
     uint32_t depth;
     uint32_t thread_seq;
     uint32_t label_set_id;
@@ -96,7 +96,7 @@ static int append(const uint32_t *ids, uint32_t depth, int64_t weight, uint32_t 
         return -1;
     agg_entry_t *e = &G.entries[G.n];
     e->hash = h;
-    e->off = (uint32_t)G.pool_len;
+    e->off = G.pool_len;
     e->depth = depth;
     e->thread_seq = ts;
     e->label_set_id = ls;
@@ -116,6 +116,7 @@ int rperf__agg_add(const uint32_t *ids, uint32_t depth, int64_t weight,
     uint64_t h = mix(mix(0x243f6a8885a308d3ULL, thread_seq), label_set_id);
     for (uint32_t i = 0; i < depth; i++) h = mix(h, ids[i]);
     h ^= depth;
+    if (G.n >= UINT32_MAX - 1) return -1;   /* index entries are 32-bit */
     if ((G.n + 1) * 2 > G.index_cap && rehash(G.index_cap ? G.index_cap * 2 : 1024) < 0)
         return -1;
     size_t j = h & (G.index_cap - 1);
@@ -178,7 +179,7 @@ static int by_time(const void *a, const void *b)
 int rperf__raw_each(rperf_sample_cb cb, void *ctx, int64_t mono_to_real)
 {
     if (G.aggregate || G.n == 0) return 0;
-    uint32_t *order = rperf__alloc(G.n * sizeof(uint32_t));
+    uint32_t *order = G.n < UINT32_MAX ? rperf__alloc(G.n * sizeof(uint32_t)) : NULL;
     if (!order) return each(cb, ctx, mono_to_real);
     for (size_t i = 0; i < G.n; i++) order[i] = (uint32_t)i;
     qsort(order, G.n, sizeof(uint32_t), by_time);

@@ -153,7 +153,8 @@ void rperf__frames_destroy(void);
 uint32_t rperf__frames_intern(rperf_frame_t v);
 size_t rperf__frames_count(void);
 rperf_frame_t rperf__frames_at(uint32_t index);
-void rperf__frames_mark(void (*mark)(rperf_frame_t));
+void rperf__frames_mark(void (*mark)(rperf_frame_t), bool (*is_old)(rperf_frame_t));
+void rperf__frames_clear(void);
 extern rperf_frame_t volatile rperf__inflight;  /* worker's frame in transit */
 /* epoch: the worker's record (defer frees), the marker's record */
 extern ck_epoch_t rperf__epoch;

@@ -193,7 +193,10 @@ void rperf_engine_pause(void)
 void rperf_engine_resume(bool clear)
 {
     if (clear) {
+        /* a new window: nothing of the closed one stays pinned or kept */
         rperf__agg_clear();
+        rperf__frames_clear();
+        rperf__archive_clear();
         reset_counters();
         atomic_store(&rperf__engine.dropped_retired, 0);
         for (rperf_thread_t *pt = atomic_load(&rperf__threads); pt; pt = atomic_load(&pt->next))
@@ -227,8 +230,9 @@ void rperf_engine_stats(rperf_stats_t *out)
 }
 
 /* GC marking: lock-free. Order matters (see ring.c): rings, then the
- * worker's in-flight value, then the frame table. */
-void rperf_engine_mark(void (*mark)(rperf_frame_t v))
+ * worker's in-flight value, then the frame table (whose old keys a minor
+ * marking skips: is_old != NULL). */
+void rperf_engine_mark(void (*mark)(rperf_frame_t v), bool (*is_old)(rperf_frame_t v))
 {
     if (!atomic_load(&rperf__engine.running) && !atomic_load(&rperf__engine.has_results))
         return;
@@ -243,7 +247,7 @@ void rperf_engine_mark(void (*mark)(rperf_frame_t v))
     rperf_frame_t v = rperf__inflight;
     if (v && (v & 7u) == 0) mark(v);
     atomic_thread_fence(memory_order_acquire);
-    rperf__frames_mark(mark);
+    rperf__frames_mark(mark, is_old);
     RPERF_EPOCH_SECTION_END();
     ck_epoch_end(&rperf__epoch_marker, &sec);
 }

@@ -33,6 +33,11 @@ static ck_ht_t table;
 static int table_ready;
 static key_array_t *_Atomic keys;
 static _Atomic size_t count;
+/* Marker only: every key below this index was old at a previous marking
+ * (old objects are never freed by a minor GC, so a minor marking skips
+ * them). Reset with the table. */
+static size_t young_from;
+#define KEYS_INITIAL 1024
 
 static size_t key_array_bytes(size_t cap)
 {
@@ -64,7 +69,7 @@ int rperf__frames_init(void)
                     0x5eed5eedULL))
         return -1;
     table_ready = 1;
-    size_t cap = 1024;
+    size_t cap = KEYS_INITIAL;
     key_array_t *a = rperf__alloc(key_array_bytes(cap));
     if (!a) {
         ck_ht_destroy(&table);
@@ -74,8 +79,33 @@ int rperf__frames_init(void)
     a->cap = cap;
     atomic_store_explicit(&count, 0, memory_order_relaxed);
     atomic_store_explicit(&keys, a, memory_order_release);
+    young_from = 0;
     rperf__inflight = 0;
     return 0;
+}
+
+/* GVL held, worker parked (snapshot clear): forget every frame, so nothing
+ * stays pinned from the closed window and the key array shrinks back.
+ * Ids restart at RPERF_SYNTHETIC_FRAMES; frames still in rings are interned
+ * anew. The old key array and ck_ht map are retired through the worker's
+ * epoch record (the worker is parked: this thread stands in for it). Out
+ * of memory: nothing changes. */
+void rperf__frames_clear(void)
+{
+    if (!table_ready) return;
+    key_array_t *fresh = rperf__calloc(1, key_array_bytes(KEYS_INITIAL));
+    if (!fresh) return;
+    if (!ck_ht_reset_spmc(&table)) {
+        rperf__free(fresh, key_array_bytes(KEYS_INITIAL));
+        return;
+    }
+    fresh->cap = KEYS_INITIAL;
+    key_array_t *old = atomic_load_explicit(&keys, memory_order_relaxed);
+    atomic_store_explicit(&count, 0, memory_order_release);
+    atomic_store_explicit(&keys, fresh, memory_order_release);
+    young_from = 0;
+    rperf__inflight = 0;
+    if (old) ck_epoch_call(&rperf__epoch_worker, &old->entry, key_array_free_cb);
 }
 
 /* GVL held, worker joined, no marker running concurrently. */
@@ -141,12 +171,22 @@ rperf_frame_t rperf__frames_at(uint32_t index)
     return a->keys[index];
 }
 
-/* marker (GVL held, inside GC) */
-void rperf__frames_mark(void (*mark)(rperf_frame_t))
+/* marker (GVL held, inside GC). is_old == NULL: mark every key (a major
+ * GC). Otherwise (a minor GC) only keys that are not old yet: keys below
+ * young_from are known old, and the cursor moves up past old keys. */
+void rperf__frames_mark(void (*mark)(rperf_frame_t), bool (*is_old)(rperf_frame_t))
 {
     size_t n = atomic_load_explicit(&count, memory_order_acquire);
     key_array_t *a = atomic_load_explicit(&keys, memory_order_acquire);
     if (!a) return;
     if (n > a->cap) n = a->cap;
-    for (size_t i = 0; i < n; i++) mark(a->keys[i]);
+    if (!is_old) {
+        for (size_t i = 0; i < n; i++) mark(a->keys[i]);
+        return;
+    }
+    size_t i = young_from < n ? young_from : n;
+    while (i < n && is_old(a->keys[i])) i++;
+    young_from = i;
+    for (; i < n; i++)
+        if (!is_old(a->keys[i])) mark(a->keys[i]);
 }

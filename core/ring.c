@@ -15,7 +15,11 @@
  * epoch. So idle threads keep the small default while a busy thread whose
  * worker is slow to get a CPU keeps its samples. At the limit the sample is
  * dropped and counted, and the caller keeps its weight pending (it does not
- * advance its clocks).
+ * advance its clocks). After a burst the ring shrinks back: once the
+ * consumer has caught up (it drains the producer's large segment, which
+ * holds less than a quarter of the initial size), the producer chains a segment of the
+ * initial size and the large one is freed when drained, so a thread keeps
+ * the initial 32 KiB at rest.
  *
  * The memory-ordering contract with the mark function is in
  * docs/architecture.md ("GC safety"): a frame value is always in at least one
@@ -95,6 +99,18 @@ static rperf_ring_seg_t *ring_grow(rperf_thread_t *pt, unsigned need)
     return seg;
 }
 
+/* own: the producer's large segment is nearly empty: go back to a segment
+ * of the initial size (the large one is drained and freed by the consumer).
+ * Out of memory: keep writing to the large one. */
+static rperf_ring_seg_t *ring_shrink(rperf_thread_t *pt)
+{
+    rperf_ring_seg_t *seg = seg_new(rperf__engine.cfg.ring_slots);
+    if (!seg) return pt->prod;
+    atomic_store_explicit(&pt->prod->next, seg, memory_order_release);
+    pt->prod = seg;
+    return seg;
+}
+
 /* own */
 bool rperf__ring_push(rperf_thread_t *pt, rperf_sample_type_t type, int64_t weight,
                       int64_t mono_ns, const rperf_frame_t *frames, int depth)
@@ -102,6 +118,13 @@ bool rperf__ring_push(rperf_thread_t *pt, rperf_sample_type_t type, int64_t weig
     rperf_ring_seg_t *seg = pt->prod;
     unsigned used = ck_ring_size(&seg->ring);
     unsigned need = 3u + (unsigned)depth;
+    uint32_t initial = rperf__engine.cfg.ring_slots;
+    /* shrink once the consumer works on this segment (older ones drained) */
+    if (seg->slots > initial && used + need <= initial / 4 &&
+        atomic_load_explicit(&pt->cons, memory_order_relaxed) == seg) {
+        seg = ring_shrink(pt);
+        used = ck_ring_size(&seg->ring);
+    }
     unsigned cap = seg->slots - 1;           /* ck_ring keeps one slot free */
     if (used + need > cap) {
         rperf__worker_wake();

@@ -126,8 +126,11 @@ void rperf_engine_fork_reset(void);
 /* ---- GC marking (GVL held, inside GC; lock-free) -------------------------- */
 
 /* Call mark(v) for every frame value the engine still references: the frame
- * table's keys, every frame in every ring, and the worker's in-flight value. */
-void rperf_engine_mark(void (*mark)(rperf_frame_t v));
+ * table's keys, every frame in every ring, and the worker's in-flight value.
+ * In a minor GC pass is_old (true for an object a minor GC never frees): the
+ * table's keys known old are skipped, so a minor GC costs what changed, not
+ * the table's size. NULL = mark everything (a major GC). */
+void rperf_engine_mark(void (*mark)(rperf_frame_t v), bool (*is_old)(rperf_frame_t v));
 
 /* ---- per-thread state and events ------------------------------------------ */
 

@@ -37,16 +37,32 @@ static void require_main_ractor(const char *what)
                  "(Rperf.label, Rperf.labels and Rperf.running? work in any Ractor)", what);
 }
 
+static VALUE sym_major_by;
 static void mark_one(rperf_frame_t v) { rb_gc_mark((VALUE)v); }
+static bool is_old(rperf_frame_t v) { return RB_OBJ_PROMOTED_RAW((VALUE)v); }
+
+/* Is the GC marking now a major one? Ruby records the running GC's reason
+ * at its start (gc_start: profile.latest_gc_info), and every major GC has a
+ * major_by reason (a forced one: :force). Reading it allocates nothing. */
+static bool major_gc_now(void)
+{
+    return !NIL_P(rb_gc_latest_gc_info(sym_major_by));
+}
+
+/* Inside GC. A minor GC never frees old objects, so old frames and label
+ * sets (almost all of them after a while) are not marked again: a minor GC
+ * costs what changed since, not the size of the profile. */
 static void profiler_mark(void *p)
 {
     (void)p;
-    rperf_engine_mark(mark_one);
-    rperf_rb_labels_mark();
+    bool minor = !major_gc_now();
+    rperf_engine_mark(mark_one, minor ? is_old : NULL);
+    rperf_rb_labels_mark(minor);
 }
 
-/* Not RUBY_TYPED_WB_PROTECTED: the object is re-scanned at the end of every
- * marking, so frames appended without write barriers are always seen. */
+/* Not RUBY_TYPED_WB_PROTECTED: the object is re-scanned at every marking,
+ * so frames appended without write barriers are always seen (and
+ * profiler_mark keeps that cheap in minor GCs). */
 static const rb_data_type_t profiler_type = {
     .wrap_struct_name = "rperf_profiler",
     .function = { .dmark = profiler_mark, .dfree = NULL, .dsize = NULL },
@@ -248,6 +264,8 @@ void rperf_rb_api_init(VALUE m)
     profiler_obj = TypedData_Wrap_Struct(rb_cObject, &profiler_type, &token);
     rb_gc_register_mark_object(profiler_obj);
     static int main_marker;
+    sym_major_by = ID2SYM(rb_intern("major_by"));
+    (void)rb_gc_latest_gc_info(sym_major_by);   /* let Ruby set up its symbols now */
     main_key = rb_ractor_local_storage_ptr_newkey(NULL);
     rb_ractor_local_storage_ptr_set(main_key, &main_marker);
     id_finish_stop = rb_intern("__finish_stop");

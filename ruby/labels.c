@@ -422,8 +422,9 @@ static void fork_prepare(void) { pthread_mutex_lock(&mu); }
 static void fork_parent(void) { pthread_mutex_unlock(&mu); }
 static void fork_child(void) { pthread_mutex_init(&mu, NULL); }
 
-void rperf_rb_labels_mark(void)
+void rperf_rb_labels_mark(bool minor)
 {
+    (void)minor;
     uint32_t n = atomic_load_explicit(&count, memory_order_acquire);
     for (uint32_t id = 1; id < n; id++) {
         VALUE h = entry_at(id);

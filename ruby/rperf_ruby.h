@@ -41,7 +41,7 @@ size_t rperf_rb_thread_name(char *buf, size_t cap);
 /* labels.c */
 void rperf_rb_labels_init(VALUE mRperf);
 void rperf_rb_labels_reset(void);
-void rperf_rb_labels_mark(void);
+void rperf_rb_labels_mark(bool minor);
 VALUE rperf_rb_label_sets(void);
 VALUE rperf_rb_label_token(uint32_t id);
 uint32_t rperf_rb_label_id(VALUE token);

@@ -1,7 +1,9 @@
 /*
  * test_core.c — unit tests of the engine's ring and aggregation: wrap-around,
  * full ring drops, sample encoding, synthetic frames, aggregation keys and
- * raw-mode ordering. Context: a plain C program (no Ruby); the test plays
+ * raw-mode ordering, a ring shrinking back after a burst, minor-GC marking
+ * that skips old frames, and a snapshot clear that unpins every frame.
+ * Context: a plain C program (no Ruby); the test plays
  * both the producer and the worker on one thread.
  */
 #include "core_internal.h"
@@ -125,14 +127,14 @@ RPERF_TEST(mark_sees_frames_in_rings_and_table_but_no_header_words)
     /* weights/timestamps that would look like aligned pointers if untagged */
     RPERF_CHECK(rperf__ring_push(pt, RPERF_SAMPLE_NORMAL, 0x200000, 0x300000, frames, 3));
     marked_count = 0;
-    rperf_engine_mark(mark_fn);
+    rperf_engine_mark(mark_fn, NULL);
     RPERF_CHECK_EQ(marked_count, 3);
     RPERF_CHECK(was_marked(fake_frame(1)) && was_marked(fake_frame(3)));
     /* once drained, the frames are marked from the frame table instead */
     collected_t c = { 0 };
     RPERF_CHECK_EQ(rperf__ring_drain(pt, collect, &c), 1);
     marked_count = 0;
-    rperf_engine_mark(mark_fn);
+    rperf_engine_mark(mark_fn, NULL);
     RPERF_CHECK(was_marked(fake_frame(1)) && was_marked(fake_frame(2)) && was_marked(fake_frame(3)));
     RPERF_CHECK(!was_marked(0x200000) && !was_marked(0x300000));
     atomic_store(&rperf__engine.running, 0);
@@ -154,7 +156,7 @@ RPERF_TEST(mark_sees_frames_in_every_segment)
     RPERF_CHECK(rperf__ring_push(pt, RPERF_SAMPLE_NORMAL, 1, 1, b, 97));   /* second segment */
     RPERF_CHECK(atomic_load(&pt->cons) != pt->prod);
     marked_count = 0;
-    rperf_engine_mark(mark_fn);
+    rperf_engine_mark(mark_fn, NULL);
     RPERF_CHECK(was_marked(fake_frame(0)) && was_marked(fake_frame(500)));
     RPERF_CHECK_EQ(marked_count, 11 * 97);
     atomic_store(&rperf__engine.running, 0);
@@ -247,6 +249,66 @@ RPERF_TEST(synthetic_frames_go_to_the_leaf)
     rperf__frames_destroy();
 }
 
+RPERF_TEST(ring_shrinks_back_after_a_burst)
+{
+    setup();
+    rperf__engine.cfg.ring_slots = 1024;
+    rperf_thread_t *pt = make_thread(1024);
+    rperf_frame_t frames[97];
+    for (int i = 0; i < 97; i++) frames[i] = fake_frame(i);
+    for (int k = 0; k < 100; k++) RPERF_CHECK(rperf__ring_push(pt, RPERF_SAMPLE_NORMAL, 1, 1, frames, 97));
+    RPERF_CHECK(pt->prod->slots > 1024);               /* the burst grew it */
+    collected_t c = { 0 };
+    RPERF_CHECK_EQ(rperf__ring_drain(pt, collect, &c), 100);
+    RPERF_CHECK(rperf__ring_push(pt, RPERF_SAMPLE_NORMAL, 5, 1, frames, 3));
+    RPERF_CHECK_EQ(pt->prod->slots, 1024);             /* back to the initial size */
+    RPERF_CHECK_EQ(rperf__ring_drain(pt, collect, &c), 1);
+    RPERF_CHECK_EQ(c.last.weight, 5);
+    RPERF_CHECK(atomic_load(&pt->cons) == pt->prod);   /* large segments left */
+    ck_epoch_barrier(&rperf__epoch_worker);
+    rperf__engine.cfg.ring_slots = 0;
+    rperf__thread_destroy(pt);
+    rperf__frames_destroy();
+}
+
+static bool low_frames_are_old(rperf_frame_t v) { return v < fake_frame(5); }
+
+RPERF_TEST(minor_marking_skips_old_frames_and_clear_unpins_all)
+{
+    setup();
+    rperf_thread_t *pt = make_thread(1024);
+    atomic_store(&rperf__threads, pt);
+    atomic_store(&rperf__engine.running, 1);
+    rperf_frame_t frames[10];
+    for (int i = 0; i < 10; i++) frames[i] = fake_frame(i);
+    RPERF_CHECK(rperf__ring_push(pt, RPERF_SAMPLE_NORMAL, 1, 1, frames, 10));
+    collected_t c = { 0 };
+    RPERF_CHECK_EQ(rperf__ring_drain(pt, collect, &c), 1);
+    rperf__inflight = 0;                              /* worker idle */
+    marked_count = 0;
+    rperf_engine_mark(mark_fn, low_frames_are_old);   /* minor GC */
+    RPERF_CHECK_EQ(marked_count, 5);
+    RPERF_CHECK(!was_marked(fake_frame(0)) && was_marked(fake_frame(9)));
+    marked_count = 0;
+    rperf_engine_mark(mark_fn, NULL);                 /* major GC: all */
+    RPERF_CHECK_EQ(marked_count, 10);
+    rperf__frames_clear();                            /* snapshot(clear: true) */
+    RPERF_CHECK_EQ(rperf__frames_count(), 0);
+    marked_count = 0;
+    rperf_engine_mark(mark_fn, NULL);
+    RPERF_CHECK_EQ(marked_count, 0);
+    /* the table works on after a clear: ids restart */
+    RPERF_CHECK(rperf__ring_push(pt, RPERF_SAMPLE_NORMAL, 1, 1, frames + 7, 2));
+    RPERF_CHECK_EQ(rperf__ring_drain(pt, collect, &c), 1);
+    RPERF_CHECK_EQ(c.ids[0], RPERF_SYNTHETIC_FRAMES);
+    RPERF_CHECK_EQ(rperf__frames_at(1), fake_frame(8));
+    ck_epoch_barrier(&rperf__epoch_worker);
+    atomic_store(&rperf__engine.running, 0);
+    atomic_store(&rperf__threads, NULL);
+    rperf__thread_destroy(pt);
+    rperf__frames_destroy();
+}
+
 int main(void)
 {
     return RPERF_RUN(RPERF_CASE(ring_wraps_and_preserves_samples),
@@ -255,5 +317,7 @@ int main(void)
                      RPERF_CASE(mark_sees_frames_in_rings_and_table_but_no_header_words),
                      RPERF_CASE(aggregation_merges_equal_keys_only),
                      RPERF_CASE(raw_mode_keeps_every_sample_in_time_order),
-                     RPERF_CASE(synthetic_frames_go_to_the_leaf));
+                     RPERF_CASE(synthetic_frames_go_to_the_leaf),
+                     RPERF_CASE(ring_shrinks_back_after_a_burst),
+                     RPERF_CASE(minor_marking_skips_old_frames_and_clear_unpins_all));
 }

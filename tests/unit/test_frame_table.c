@@ -31,7 +31,7 @@ static void *marker(void *arg)
     while (!atomic_load(&writer_done)) {
         ck_epoch_section_t sec;
         ck_epoch_begin(&rperf__epoch_marker, &sec);
-        rperf__frames_mark(check_mark);
+        rperf__frames_mark(check_mark, NULL);
         RPERF_EPOCH_SECTION_END();
         ck_epoch_end(&rperf__epoch_marker, &sec);
         atomic_fetch_add(&mark_rounds, 1);
