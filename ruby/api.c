@@ -64,7 +64,6 @@ static VALUE c_start(VALUE self, VALUE freq, VALUE mode, VALUE aggregate, VALUE 
     rb_internal_thread_specific_set(th, rperf_rb_key, caller);
     rperf_rb_labels_reset();
     rperf_rb_hooks_install();
-    rperf_rb_ractor_run_start();
     /* start is called from the main Ractor (lib/rperf.rb checks it) */
     rperf_thread_set_ractor(caller, 1);
     char name[RPERF_THREAD_NAME_MAX];

@@ -17,8 +17,14 @@
  * work (no Ruby call, allocation of Ruby objects or interrupt check inside),
  * so a thread holding it never waits for a GC barrier.
  *
- * Contexts: the Rperf._c_label_* functions run with the calling Ractor's
- * GVL held (any Ractor); rperf_rb_labels_mark runs inside GC (no lock);
+ * Rperf.label and Rperf.labels themselves are C methods, so a tracer sees
+ * the public call and the user's block only. Label values are converted
+ * without Ruby calls, except for values that are neither shareable nor
+ * Strings (their to_s) and shareable objects of other classes (inspect, for
+ * the key): those calls are visible to tracers.
+ *
+ * Contexts: Rperf.label, Rperf.labels and the Rperf._c_label_* functions
+ * run with the calling Ractor's GVL held (any Ractor); rperf_rb_labels_mark runs inside GC (no lock);
  * rperf_rb_labels_reset runs at start (main Ractor, GVL held).
  */
 #include "rperf_ruby.h"
@@ -368,6 +374,57 @@ static VALUE c_label_set(VALUE self, VALUE vid)
     return NIL_P(h) ? empty_set : h;
 }
 
+/* ---- Rperf.label / Rperf.labels --------------------------------------------------------- */
+/* Defined in C, so that a tracer sees only the public call (and the user's
+ * block): no helper method runs on the application's thread. */
+
+static uint32_t current_label(void)
+{
+    if (!rperf_engine_running()) return 0;
+    rperf_thread_t *pt = rperf_rb_current_thread(false);
+    return pt ? rperf_thread_label(pt) : 0;
+}
+
+static void set_label(uint32_t id)
+{
+    if (!rperf_engine_running()) return;
+    rperf_thread_t *pt = rperf_rb_current_thread(true);
+    if (pt) rperf_thread_set_label(pt, id);
+}
+
+static VALUE yield_block(VALUE unused)
+{
+    (void)unused;
+    return rb_yield_values(0);
+}
+
+static VALUE restore_label(VALUE id)
+{
+    set_label(NUM2UINT(id));
+    return Qnil;
+}
+
+/* Rperf.label(**labels) [{ block }]: merge labels into the current thread's
+ * set (nil deletes a key); with a block, the previous set is restored
+ * afterwards and the block's value returned. Any Ractor. */
+static VALUE m_label(int argc, VALUE *argv, VALUE self)
+{
+    VALUE labels = Qnil;
+    rb_scan_args(argc, argv, ":", &labels);
+    if (NIL_P(labels)) labels = rb_hash_new();
+    uint32_t cur = current_label();
+    if (rperf_engine_running()) set_label(NUM2UINT(c_label_apply(self, UINT2NUM(cur), labels)));
+    if (!rb_block_given_p()) return Qnil;
+    return rb_ensure(yield_block, Qnil, restore_label, UINT2NUM(cur));
+}
+
+/* Rperf.labels: the current thread's labels (a frozen Hash; {} when none or
+ * not running). Any Ractor. */
+static VALUE m_labels(VALUE self)
+{
+    return c_label_set(self, UINT2NUM(current_label()));
+}
+
 VALUE rperf_rb_label_sets(void)
 {
     uint32_t n = atomic_load_explicit(&count, memory_order_acquire);
@@ -410,4 +467,6 @@ void rperf_rb_labels_init(VALUE m)
     atomic_store(&count, 1);
     rb_define_module_function(m, "_c_label_apply", c_label_apply, 2);
     rb_define_module_function(m, "_c_label_set", c_label_set, 1);
+    rb_define_singleton_method(m, "label", m_label, -1);
+    rb_define_singleton_method(m, "labels", m_labels, 0);
 }

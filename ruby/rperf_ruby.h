@@ -25,13 +25,9 @@ rperf_thread_t *rperf_rb_current_thread(bool create);
 void rperf_rb_hooks_install(void);
 void rperf_rb_hooks_remove(void);
 void rperf_rb_hooks_after_fork_child(void);
-void rperf_rb_gc_hook_register_here(void);
-void rperf_rb_gc_hook_reregister(void);
-uint64_t rperf_rb_gc_starts(void);
 
 /* ractor.c */
 void rperf_rb_ractor_init(void);
-void rperf_rb_ractor_run_start(void);
 uint32_t rperf_rb_ractor_prepare(void);
 bool rperf_rb_other_ractors_p(void);
 size_t rperf_rb_thread_name(char *buf, size_t cap);

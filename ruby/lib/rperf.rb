@@ -99,27 +99,11 @@ module Rperf
       data
     end
 
-    # Merge labels into the current thread's label set (nil deletes a key).
-    # With a block, the previous set is restored afterwards. Works in any
-    # Ractor: label sets are interned in C (ruby/labels.c) as frozen
-    # shareable Hashes (a value that is not shareable is stored as a frozen
-    # String copy of its to_s).
-    def label(**labels, &block)
-      current_id = _c_get_label
-      _c_set_label(_c_label_apply(current_id, labels)) if running?
-      return nil unless block
-
-      begin
-        block.call
-      ensure
-        _c_set_label(current_id)
-      end
-    end
-
-    # The current thread's labels (a frozen Hash; {} when none or not running).
-    def labels
-      _c_label_set(_c_get_label)
-    end
+    # Rperf.label(**labels) { ... } and Rperf.labels are defined in C
+    # (ruby/labels.c), so that tracers see no helper calls: label merges
+    # labels into the current thread's label set (nil deletes a key; with a
+    # block, the previous set is restored afterwards); labels returns the
+    # current set. Both work in any Ractor.
 
     private
 
