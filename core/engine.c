@@ -205,6 +205,12 @@ void rperf_engine_resume(bool clear)
     rperf__worker_resume();
 }
 
+void rperf_engine_each_thread_label(void (*cb)(uint32_t id, void *ctx), void *ctx)
+{
+    for (rperf_thread_t *pt = atomic_load(&rperf__threads); pt; pt = atomic_load(&pt->next))
+        if (!atomic_load(&pt->exited)) cb(rperf_thread_label(pt), ctx);
+}
+
 void rperf_engine_fork_reset(void)
 {
     if (!atomic_exchange(&rperf__engine.fork_reset_needed, 0)) return;

@@ -180,6 +180,10 @@ uint32_t rperf_thread_ractor(const rperf_thread_t *pt);   /* any context */
 bool rperf_thread_wants_name(rperf_thread_t *pt);
 void rperf_thread_set_name(rperf_thread_t *pt, const char *name, size_t len);
 
+/* GVL held, worker parked (snapshot): cb(label set id) for every live
+ * thread of the run. */
+void rperf_engine_each_thread_label(void (*cb)(uint32_t id, void *ctx), void *ctx);
+
 /* GVL held, own: label set id of the thread. */
 void rperf_thread_set_label(rperf_thread_t *pt, uint32_t label_set_id);
 uint32_t rperf_thread_label(const rperf_thread_t *pt);

@@ -12,8 +12,7 @@
  * ticks, jobs and the worker if a run was started even later; no tick ever
  * reaches a VM being destroyed.
  *
- * Context: GVL held (Ruby method calls; _c_set_label, _c_get_label and
- * _c_running? from any Ractor), except profiler_mark, which runs inside GC
+ * Context: GVL held (Ruby method calls; _c_running? from any Ractor), except profiler_mark, which runs inside GC
  * (GVL held, no allocation, lock-free), and vm_teardown (VM destruction, no
  * Ruby API).
  */
@@ -77,10 +76,12 @@ static void fork_reset_if_needed(void)
 }
 
 /* _c_start(frequency, mode(0 cpu/1 wall), aggregate, backend_name, signo,
- *          ring_slots, finish_at_exit) */
-static VALUE c_start(VALUE self, VALUE freq, VALUE mode, VALUE aggregate, VALUE backend,
-                     VALUE signo, VALUE ring_slots, VALUE finish)
+ *          ring_slots, finish_at_exit, max_label_sets) */
+static VALUE c_start(int argc, VALUE *argv, VALUE self)
 {
+    rb_check_arity(argc, 8, 8);
+    VALUE freq = argv[0], mode = argv[1], aggregate = argv[2], backend = argv[3];
+    VALUE signo = argv[4], ring_slots = argv[5], finish = argv[6], label_cap = argv[7];
     (void)self;
     require_main_ractor("start");
     fork_reset_if_needed();
@@ -97,13 +98,13 @@ static VALUE c_start(VALUE self, VALUE freq, VALUE mode, VALUE aggregate, VALUE 
     if (!cfg.backend) rb_raise(rb_eArgError, "unknown backend");
     char err[256] = "rperf: failed to start";
     rperf_thread_t *caller = NULL;
+    /* before the engine runs: no label call can intern into the old table */
+    rperf_rb_labels_reset(NUM2UINT(label_cap));
     if (rperf_engine_start(&cfg, &caller, err, sizeof(err)) < 0)
         rb_raise(rb_eRuntimeError, "%s", err);
     rperf_rb_thread_state_set(rb_thread_current(), caller);
     finish_at_exit = RTEST(finish);
-    rperf_rb_labels_reset();
     rperf_rb_hooks_install();
-    rperf_rb_ractor_run_start();
     /* start is called from the main Ractor (lib/rperf.rb checks it) */
     rperf_thread_set_ractor(caller, 1);
     char name[RPERF_THREAD_NAME_MAX];
@@ -190,6 +191,8 @@ static void vm_teardown(ruby_vm_t *vm)
 
 static VALUE resume_clear(VALUE clear)
 {
+    /* a new window: label sets nobody uses any more are released too */
+    if (RTEST(clear)) rperf_rb_labels_window_clear();
     rperf_engine_resume(RTEST(clear));
     return Qnil;
 }
@@ -209,29 +212,6 @@ static VALUE c_snapshot(VALUE self, VALUE clear)
         rb_raise(rb_eRuntimeError, "snapshot requires aggregate mode (aggregate: true)");
     rperf_engine_pause();
     return rb_ensure(build_snapshot, Qnil, resume_clear, clear);
-}
-
-/* Label calls from any Ractor go through enter/leave: stop, release and
- * start never meet one halfway (state created, timers armed, list pushed). */
-static VALUE c_set_label(VALUE self, VALUE token)
-{
-    (void)self;
-    uint32_t id = rperf_rb_label_id(token);   /* may raise: outside enter */
-    if (!rperf_engine_enter()) return Qnil;
-    rperf_thread_t *pt = rperf_rb_current_thread(true);
-    if (pt) rperf_thread_set_label(pt, id);
-    rperf_engine_leave();
-    return Qnil;
-}
-
-static VALUE c_get_label(VALUE self)
-{
-    (void)self;
-    if (!rperf_engine_enter()) return INT2FIX(0);
-    rperf_thread_t *pt = rperf_rb_current_thread(false);
-    uint32_t id = pt ? rperf_thread_label(pt) : 0;
-    rperf_engine_leave();
-    return rperf_rb_label_token(id);
 }
 
 static VALUE c_running_p(VALUE self)
@@ -271,11 +251,9 @@ void rperf_rb_api_init(VALUE m)
     id_finish_stop = rb_intern("__finish_stop");
     rb_set_end_proc(at_end, Qnil);
     ruby_vm_at_exit(vm_teardown);
-    rb_define_module_function(m, "_c_start", c_start, 7);
+    rb_define_module_function(m, "_c_start", c_start, -1);
     rb_define_module_function(m, "stop", rb_stop, 0);
     rb_define_module_function(m, "_c_snapshot", c_snapshot, 1);
-    rb_define_module_function(m, "_c_set_label", c_set_label, 1);
-    rb_define_module_function(m, "_c_get_label", c_get_label, 0);
     rb_define_module_function(m, "_c_running?", c_running_p, 0);
     rb_define_module_function(m, "_c_backends", c_backends, 0);
     rb_define_module_function(m, "_c_after_fork_child", c_after_fork_child, 0);

@@ -73,9 +73,10 @@ rperf_thread_t *rperf_rb_current_thread(bool create)
 }
 
 /* The job: runs on whichever thread flushes the VM-global job bitset, inside
- * its own Ractor. Ruby calls (Ractor id, GC hook registration, thread name)
- * happen outside enter/leave: they may allocate and so join a GC barrier,
- * which must never wait for a thread spinning in rperf_engine_stop. */
+ * its own Ractor. It calls no Ruby method (a tracer on this thread would see
+ * it): the Ractor id comes from Ractor-local storage, the thread name from
+ * the kernel (ractor.c). Both happen outside enter/leave: the first
+ * sighting of a Ractor mallocs, and the name read is a syscall. */
 static void sample_job(void *data)
 {
     (void)data;

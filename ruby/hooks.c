@@ -7,19 +7,22 @@
  * run on other native threads, even Ruby's timer thread): no Ruby API except
  * rb_internal_thread_specific_get/set. gc_hook runs inside GC on the thread
  * that runs the GC step: no allocation, no Ruby calls. install/remove run
- * with the GVL held (never from inside a hook). The main Ractor's GC hook is
- * added at start and removed at stop; other Ractors get theirs lazily from
- * ractor.c (GC hooks are per Ractor in Ruby 3.3).
+ * with the GVL held (never from inside a hook).
+ *
+ * The GC hook lives in the main Ractor's hook list only, added at the first
+ * start and never removed (it does nothing while stopped). In Ruby 3.3 any
+ * change to a Ractor's hook list sets the VM-global event flags to *that*
+ * Ractor's list (vm_trace.c update_global_event_hook), which silently turns
+ * off TracePoints of every other Ractor; so the profiler changes a hook list
+ * exactly once per process, in the main Ractor, and never from a sampling
+ * job. GC steps run by threads of other Ractors fire only their own
+ * Ractor's hooks and are therefore not seen (docs/architecture.md, "GC in
+ * Ractors").
  */
 #include "rperf_ruby.h"
 
-#include <stdatomic.h>
-
 static rb_internal_thread_event_hook_t *thread_hook_handle;
 static int gc_hook_installed;         /* the main Ractor's GC hook */
-static _Atomic uint64_t gc_starts;    /* GC_START events seen (all Ractors) */
-
-uint64_t rperf_rb_gc_starts(void) { return atomic_load_explicit(&gc_starts, memory_order_relaxed); }
 
 static void thread_hook(rb_event_flag_t ev, const rb_internal_thread_event_data_t *data,
                         void *arg)
@@ -58,8 +61,6 @@ static void gc_hook(rb_event_flag_t ev, VALUE data, VALUE self, ID mid, VALUE kl
     (void)self;
     (void)mid;
     (void)klass;
-    if (ev & RUBY_INTERNAL_EVENT_GC_START)
-        atomic_fetch_add_explicit(&gc_starts, 1, memory_order_relaxed);
     if (!rperf_engine_enter()) return;
     if (ev & RUBY_INTERNAL_EVENT_GC_START) rperf_ev_gc(RPERF_GC_START);
     else if (ev & RUBY_INTERNAL_EVENT_GC_END_MARK) rperf_ev_gc(RPERF_GC_END_MARK);
@@ -78,6 +79,7 @@ static void gc_hook(rb_event_flag_t ev, VALUE data, VALUE self, ID mid, VALUE kl
      RUBY_INTERNAL_EVENT_GC_END_SWEEP | RUBY_INTERNAL_EVENT_GC_ENTER |                    \
      RUBY_INTERNAL_EVENT_GC_EXIT)
 
+/* GVL held, main Ractor, at start */
 void rperf_rb_hooks_install(void)
 {
     if (!thread_hook_handle)
@@ -86,24 +88,6 @@ void rperf_rb_hooks_install(void)
         rb_add_event_hook(gc_hook, GC_EVENTS, Qnil);
         gc_hook_installed = 1;
     }
-}
-
-/* GVL held, in a non-main Ractor (its sampling job): register the GC hook
- * in this Ractor's hook list (replacing an earlier registration), which
- * also re-publishes the VM-global GC event flags. Kept for the Ractor's
- * life: the hook does nothing while the profiler is stopped. */
-void rperf_rb_gc_hook_register_here(void)
-{
-    rb_remove_event_hook(gc_hook);
-    rb_add_event_hook(gc_hook, GC_EVENTS, Qnil);
-}
-
-/* GVL held, main Ractor, profiler running: the same for the main hook. */
-void rperf_rb_gc_hook_reregister(void)
-{
-    if (!gc_hook_installed) return;
-    rb_remove_event_hook(gc_hook);
-    rb_add_event_hook(gc_hook, GC_EVENTS, Qnil);
 }
 
 /* Set in a fork child: the thread hook stays installed for good (it does
@@ -116,20 +100,13 @@ static int keep_thread_hook;
 void rperf_rb_hooks_after_fork_child(void)
 {
     keep_thread_hook = 1;
-    if (gc_hook_installed) {
-        rb_remove_event_hook(gc_hook);
-        gc_hook_installed = 0;
-    }
 }
 
+/* GVL held, main Ractor, at stop: the thread hook goes, the GC hook stays */
 void rperf_rb_hooks_remove(void)
 {
     if (thread_hook_handle && !keep_thread_hook) {
         rb_internal_thread_remove_event_hook(thread_hook_handle);
         thread_hook_handle = NULL;
-    }
-    if (gc_hook_installed) {
-        rb_remove_event_hook(gc_hook);
-        gc_hook_installed = 0;
     }
 }

@@ -1,150 +1,39 @@
 /*
- * labels.c — the run's label-set table, interned in C so that Rperf.label,
- * Rperf.labels and the result's label_sets work from any Ractor.
+ * labels.c — Rperf.label, Rperf.labels and the Rperf._c_label_* helpers:
+ * merging labels into a thread's current set and building the set's
+ * canonical key, so that equal sets in any order or encoding mix share one
+ * id in the table of label_table.c (which bounds, releases and marks them).
  *
  * A label set is a frozen, Ractor-shareable Hash (values that are not
- * shareable are stored as frozen String copies of their to_s) identified
- * by canonical key bytes: its pairs encoded by type and content, sorted, so
- * equal sets in any order or encoding mix share one id. Ids are assigned
- * 1, 2, 3 … in order of first appearance; id 0 is the empty set. Sets are
- * never freed during a run. Applying labels to a set seen before allocates
- * no Hash (Rperf.label per request is the common case).
+ * shareable are stored as frozen String copies of their to_s). Applying
+ * labels to a set seen before allocates no Hash (Rperf.label per request is
+ * the common case). Ruby code holds label *tokens* (label_table.c), never
+ * raw ids: a token kept across stop/start or a window whose set was freed
+ * reads as the empty set.
  *
- * Storage is append-only: Hash VALUEs live in fixed chunks that are never
- * moved, and `count` is published with a release store after the entry is
- * written, so the GC mark function reads [0, count) without a lock. The
- * key index (open addressing) is guarded by one mutex, taken only for C
- * work (no Ruby call, allocation of Ruby objects or interrupt check inside),
- * so a thread holding it never waits for a GC barrier.
+ * Rperf.label and Rperf.labels themselves are C methods, so a tracer sees
+ * the public call and the user's block only. Label values are converted
+ * without Ruby calls, except for values that are neither shareable nor
+ * Strings (their to_s) and shareable objects of other classes (inspect, for
+ * the key): those calls are visible to tracers.
  *
- * Ruby code sees label tokens, not ids: (run generation << 32 | id). A
- * token kept across stop/start (Rperf.label { } restores the one it took
- * before its block) names no set of the new run and reads as the empty set;
- * ids are range-checked, so no token can name a wrong set or fail a save.
+ * A thread's label changes inside the engine's enter/leave bracket (stop,
+ * release and start never meet one halfway) and under the table's lock (a
+ * snapshot clear sees every thread's set as it is).
  *
- * Fork: the mutex is held across fork() (pthread_atfork) and made anew in
- * the child, so a child forked while another thread held it never
- * deadlocks at its first Rperf.label.
- *
- * Contexts: the Rperf._c_label_* functions run with the calling Ractor's
- * GVL held (any Ractor); rperf_rb_labels_mark runs inside GC (no lock);
- * rperf_rb_labels_reset runs at start (main Ractor, GVL held); the atfork
- * handlers inside fork().
+ * Contexts: every function runs with the calling Ractor's GVL held, in any
+ * Ractor; the table lock is only held around C work.
  */
 #include "rperf_ruby.h"
+#include "label_table.h"
 
 #include <ruby/encoding.h>
 
-#include <pthread.h>
 #include <stdbool.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define CHUNK_BITS 10
-#define CHUNK (1u << CHUNK_BITS)
-#define MAX_CHUNKS 4096u                /* 4M label sets per run */
-
-typedef struct label_key {
-    char *bytes;
-    size_t len;
-    uint64_t hash;
-} label_key_t;
-
-static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static VALUE *_Atomic chunks[MAX_CHUNKS];   /* Hash VALUEs, never moved */
-static label_key_t *keys;                    /* under mu, by id */
-static size_t keys_cap;
-static uint32_t *index_tab;                  /* under mu: id + 1, 0 = empty */
-static size_t index_cap;
-static _Atomic uint32_t count;               /* published entries */
-static _Atomic uint32_t gen;                 /* run generation of the ids */
 static VALUE empty_set;
-
-/* ---- tokens ----------------------------------------------------------------- */
-
-VALUE rperf_rb_label_token(uint32_t id)
-{
-    if (id == 0) return INT2FIX(0);
-    return ULL2NUM(((unsigned long long)atomic_load(&gen) << 32) | id);
-}
-
-uint32_t rperf_rb_label_id(VALUE token)
-{
-    unsigned long long t = NUM2ULL(token);
-    if (t == 0 || (uint32_t)(t >> 32) != atomic_load(&gen)) return 0;
-    uint32_t id = (uint32_t)t;
-    return id < atomic_load_explicit(&count, memory_order_acquire) ? id : 0;
-}
-
-static uint64_t fnv1a(const char *p, size_t n)
-{
-    uint64_t h = 1469598103934665603ULL;
-    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)p[i]) * 1099511628211ULL;
-    return h;
-}
-
-static VALUE entry_at(uint32_t id)
-{
-    VALUE *c = atomic_load_explicit(&chunks[id >> CHUNK_BITS], memory_order_acquire);
-    return c ? c[id & (CHUNK - 1)] : Qnil;
-}
-
-/* under mu */
-static int index_grow(void)
-{
-    size_t cap = index_cap ? index_cap * 2 : 1024;
-    uint32_t *t = calloc(cap, sizeof(*t));
-    if (!t) return -1;
-    for (uint32_t id = 1; id < atomic_load_explicit(&count, memory_order_relaxed); id++) {
-        size_t i = keys[id].hash & (cap - 1);
-        while (t[i]) i = (i + 1) & (cap - 1);
-        t[i] = id + 1;
-    }
-    free(index_tab);
-    index_tab = t;
-    index_cap = cap;
-    return 0;
-}
-
-/* under mu: -1 on allocation failure */
-static int64_t intern_locked(const char *bytes, size_t len, VALUE set)
-{
-    uint64_t h = fnv1a(bytes, len);
-    uint32_t n = atomic_load_explicit(&count, memory_order_relaxed);
-    if (index_cap && index_tab) {
-        for (size_t i = h & (index_cap - 1); index_tab[i]; i = (i + 1) & (index_cap - 1)) {
-            label_key_t *k = &keys[index_tab[i] - 1];
-            if (k->hash == h && k->len == len && memcmp(k->bytes, bytes, len) == 0)
-                return index_tab[i] - 1;
-        }
-    }
-    if (n >= MAX_CHUNKS * CHUNK) return -1;
-    if ((size_t)(n + 1) * 2 > index_cap && index_grow() < 0) return -1;
-    if (n >= keys_cap) {
-        size_t cap = keys_cap ? keys_cap * 2 : 256;
-        label_key_t *k = realloc(keys, cap * sizeof(*k));
-        if (!k) return -1;
-        keys = k;
-        keys_cap = cap;
-    }
-    VALUE *c = atomic_load_explicit(&chunks[n >> CHUNK_BITS], memory_order_relaxed);
-    if (!c) {
-        c = calloc(CHUNK, sizeof(VALUE));
-        if (!c) return -1;
-        atomic_store_explicit(&chunks[n >> CHUNK_BITS], c, memory_order_release);
-    }
-    char *copy = malloc(len ? len : 1);
-    if (!copy) return -1;
-    memcpy(copy, bytes, len);
-    keys[n] = (label_key_t){ copy, len, h };
-    c[n & (CHUNK - 1)] = set;
-    size_t i = h & (index_cap - 1);
-    while (index_tab[i]) i = (i + 1) & (index_cap - 1);
-    index_tab[i] = n + 1;
-    atomic_store_explicit(&count, n + 1, memory_order_release);
-    return n;
-}
 
 /* ---- applying Rperf.label(**labels) to a thread's current set ------------ */
 
@@ -301,24 +190,57 @@ static void canonical_key(const pairs_t *p, buf_t *out)
     }
 }
 
-static int64_t lookup_or_intern(const buf_t *key, VALUE set)
+/* ---- a thread's current set ------------------------------------------------ */
+
+/* The token of the running thread's current set (0: none, or not running). */
+static uint64_t current_token(void)
 {
-    pthread_mutex_lock(&mu);
-    int64_t id = intern_locked(key->p, key->len, set);
-    pthread_mutex_unlock(&mu);
-    return id;
+    if (!rperf_engine_enter()) return 0;
+    rperf_thread_t *pt = rperf_rb_current_thread(false);
+    uint32_t id = pt ? rperf_thread_label(pt) : 0;
+    rperf_engine_leave();
+    if (!id) return 0;
+    rperf_rb_ltab_lock();
+    uint64_t t = rperf_rb_ltab_token_locked(id);
+    rperf_rb_ltab_unlock();
+    return t;
 }
 
-/* _c_label_apply(current token, labels Hash) -> the token of the current
- * set merged with labels (nil deletes a key). Interned by content; the
- * frozen, shareable Hash is only built for a set not seen before in this
- * run. */
-static VALUE c_label_apply(VALUE self, VALUE vcur, VALUE labels)
+/* Label the running thread with the set a token names (a stale token: the
+ * empty set). */
+static void set_token(uint64_t token)
 {
-    (void)self;
+    rperf_rb_ltab_lock();
+    uint32_t id = rperf_rb_ltab_decode_locked(token);
+    if (rperf_engine_enter()) {
+        rperf_thread_t *pt = rperf_rb_current_thread(true);
+        if (pt) rperf_thread_set_label(pt, id);
+        rperf_engine_leave();
+    }
+    rperf_rb_ltab_unlock();
+}
+
+static VALUE token_value(uint64_t t) { return ULL2NUM(t); }
+static uint64_t token_of(VALUE v) { return NIL_P(v) ? 0 : NUM2ULL(v); }
+
+/* The current set's Hash for a token ({} when none or stale). The Hash is
+ * read under the lock; on this thread's stack it stays alive. */
+static VALUE set_of(uint64_t token)
+{
+    if (!token) return empty_set;
+    rperf_rb_ltab_lock();
+    uint32_t id = rperf_rb_ltab_decode_locked(token);
+    VALUE h = id ? rperf_rb_ltab_set(id) : Qnil;
+    rperf_rb_ltab_unlock();
+    return NIL_P(h) ? empty_set : h;
+}
+
+/* The token of the set `cur` merged with `labels` (nil deletes a key). */
+static uint64_t apply(uint64_t cur_token, VALUE labels)
+{
     Check_Type(labels, T_HASH);
-    uint32_t cur_id = rperf_rb_label_id(vcur);
-    VALUE cur = cur_id ? entry_at(cur_id) : Qnil;
+    VALUE cur = cur_token ? set_of(cur_token) : Qnil;
+    if (cur == empty_set) cur = Qnil;
     long max = RHASH_SIZE(labels) + (NIL_P(cur) ? 0 : (long)RHASH_SIZE(cur));
     VALUE kin[INLINE_PAIRS], vin[INLINE_PAIRS];
     pairs_t p = { kin, vin, 0, INLINE_PAIRS, Qnil };
@@ -337,7 +259,7 @@ static VALUE c_label_apply(VALUE self, VALUE vcur, VALUE labels)
             ruby_xfree(p.k);
             ruby_xfree(p.v);
         }
-        return INT2FIX(0);
+        return 0;
     }
     for (long i = 0; i < p.n; i++) {
         VALUE v = shareable_value(p.v[i]);
@@ -352,26 +274,22 @@ static VALUE c_label_apply(VALUE self, VALUE vcur, VALUE labels)
     buf_t key = { .p = NULL, .len = 0, .cap = sizeof(key.inline_) };
     key.p = key.inline_;
     canonical_key(&p, &key);
+    uint64_t h = rperf_rb_ltab_hash(key.p, key.len);
     /* Seen before: no Hash to build (the common case, e.g. per request). */
-    int64_t id = -1;
-    pthread_mutex_lock(&mu);
-    if (index_cap && index_tab) {
-        uint64_t h = fnv1a(key.p, key.len);
-        for (size_t i = h & (index_cap - 1); index_tab[i]; i = (i + 1) & (index_cap - 1)) {
-            label_key_t *k = &keys[index_tab[i] - 1];
-            if (k->hash == h && k->len == key.len && memcmp(k->bytes, key.p, key.len) == 0) {
-                id = index_tab[i] - 1;
-                break;
-            }
-        }
-    }
-    pthread_mutex_unlock(&mu);
+    rperf_rb_ltab_lock();
+    int64_t id = rperf_rb_ltab_find_locked(key.p, key.len, h);
+    uint64_t token = id >= 0 ? rperf_rb_ltab_token_locked((uint32_t)id) : 0;
+    rperf_rb_ltab_unlock();
     if (id < 0) {
         VALUE set = rb_hash_new_capa(p.n);
         for (long i = 0; i < p.n; i++) rb_hash_aset(set, p.k[i], p.v[i]);
         rb_obj_freeze(set);
         rb_ractor_make_shareable(set);
-        id = lookup_or_intern(&key, set);   /* re-checks: another thread may have won */
+        rperf_rb_ltab_lock();      /* re-checks: another thread may have won */
+        id = rperf_rb_ltab_intern_locked(key.p, key.len, h, set);
+        if (id < 0) id = rperf_rb_ltab_overflow_locked();   /* out of memory */
+        token = id > 0 ? rperf_rb_ltab_token_locked((uint32_t)id) : 0;
+        rperf_rb_ltab_unlock();
         RB_GC_GUARD(set);
     }
     if (key.p != key.inline_) ruby_xfree(key.p);
@@ -382,67 +300,122 @@ static VALUE c_label_apply(VALUE self, VALUE vcur, VALUE labels)
     RB_GC_GUARD(p.keep);
     RB_GC_GUARD(labels);
     RB_GC_GUARD(cur);
-    if (id < 0) rb_raise(rb_eNoMemError, "rperf: failed to allocate a label set");
-    return rperf_rb_label_token((uint32_t)id);
+    return token;
 }
 
-/* _c_label_set(token) -> the interned Hash ({} for 0 or a stale token) */
+/* ---- Rperf.label / Rperf.labels ------------------------------------------------ */
+
+static VALUE yield_block(VALUE unused)
+{
+    (void)unused;
+    return rb_yield_values(0);
+}
+
+static VALUE restore_token(VALUE token)
+{
+    set_token(token_of(token));
+    return Qnil;
+}
+
+/* Rperf.label(**labels) [{ block }]: merge labels into the current thread's
+ * set (nil deletes a key); with a block, the previous set is restored
+ * afterwards and the block's value returned. Any Ractor. */
+static VALUE m_label(int argc, VALUE *argv, VALUE self)
+{
+    (void)self;
+    VALUE labels = Qnil;
+    rb_scan_args(argc, argv, ":", &labels);
+    uint64_t cur = current_token();
+    if (!NIL_P(labels) && rperf_engine_running()) set_token(apply(cur, labels));
+    if (!rb_block_given_p()) return Qnil;
+    return rb_ensure(yield_block, Qnil, restore_token, token_value(cur));
+}
+
+/* Rperf.labels: the current thread's labels (a frozen Hash; {} when none or
+ * not running). Any Ractor. */
+static VALUE m_labels(VALUE self)
+{
+    (void)self;
+    return set_of(current_token());
+}
+
+/* _c_get_label -> the current thread's token; _c_set_label(token);
+ * _c_label_apply(token, labels) -> token; _c_label_set(token) -> Hash. */
+static VALUE c_get_label(VALUE self)
+{
+    (void)self;
+    return token_value(current_token());
+}
+
+static VALUE c_set_label(VALUE self, VALUE token)
+{
+    (void)self;
+    set_token(token_of(token));
+    return Qnil;
+}
+
+static VALUE c_label_apply(VALUE self, VALUE cur, VALUE labels)
+{
+    (void)self;
+    return token_value(apply(token_of(cur), labels));
+}
+
 static VALUE c_label_set(VALUE self, VALUE token)
 {
     (void)self;
-    uint32_t id = rperf_rb_label_id(token);
-    if (id == 0) return empty_set;
-    VALUE h = entry_at(id);
-    return NIL_P(h) ? empty_set : h;
+    return set_of(token_of(token));
 }
 
-VALUE rperf_rb_label_sets(void)
+/* ---- run and window boundaries, results ----------------------------------------- */
+
+void rperf_rb_labels_reset(uint32_t window_cap) { rperf_rb_ltab_reset(window_cap); }
+
+typedef struct refs {
+    uint32_t *ids;
+    size_t n, cap;
+} refs_t;
+
+static void collect_ref(uint32_t id, void *ctx)
 {
-    uint32_t n = atomic_load_explicit(&count, memory_order_acquire);
-    VALUE a = rb_ary_new_capa(n);
-    rb_ary_push(a, empty_set);
-    for (uint32_t id = 1; id < n; id++) rb_ary_push(a, entry_at(id));
-    return a;
-}
-
-uint32_t rperf_rb_label_set_count(void) { return atomic_load_explicit(&count, memory_order_acquire); }
-
-void rperf_rb_labels_reset(void)
-{
-    pthread_mutex_lock(&mu);
-    uint32_t n = atomic_load_explicit(&count, memory_order_relaxed);
-    for (uint32_t id = 1; id < n; id++) free(keys[id].bytes);
-    atomic_store_explicit(&count, 1, memory_order_release);   /* id 0 = {} */
-    atomic_fetch_add(&gen, 1);
-    if (index_tab) memset(index_tab, 0, index_cap * sizeof(*index_tab));
-    pthread_mutex_unlock(&mu);
-}
-
-static void fork_prepare(void) { pthread_mutex_lock(&mu); }
-static void fork_parent(void) { pthread_mutex_unlock(&mu); }
-static void fork_child(void) { pthread_mutex_init(&mu, NULL); }
-
-void rperf_rb_labels_mark(bool minor)
-{
-    (void)minor;
-    uint32_t n = atomic_load_explicit(&count, memory_order_acquire);
-    for (uint32_t id = 1; id < n; id++) {
-        VALUE h = entry_at(id);
-        if (h && !NIL_P(h)) rb_gc_mark(h);
+    refs_t *r = ctx;
+    if (!id) return;
+    if (r->n == r->cap) {
+        size_t nc = r->cap ? r->cap * 2 : 64;
+        uint32_t *a = realloc(r->ids, nc * sizeof(*a));
+        if (!a) return;    /* out of memory: that set is quarantined anyway */
+        r->ids = a;
+        r->cap = nc;
     }
+    r->ids[r->n++] = id;
 }
+
+/* snapshot(clear: true), worker parked: release the closed window's sets
+ * that no thread is labelled with now. */
+void rperf_rb_labels_window_clear(void)
+{
+    refs_t r = { NULL, 0, 0 };
+    rperf_rb_ltab_lock();
+    rperf_engine_each_thread_label(collect_ref, &r);
+    rperf_rb_ltab_window_clear_locked(r.ids, r.n);
+    rperf_rb_ltab_unlock();
+    free(r.ids);
+}
+
+VALUE rperf_rb_label_sets(void) { return rperf_rb_ltab_sets(empty_set); }
+uint32_t rperf_rb_label_set_count(void) { return rperf_rb_ltab_count(); }
+uint64_t rperf_rb_labels_overflowed(void) { return rperf_rb_ltab_overflowed(); }
+void rperf_rb_labels_mark(bool minor) { rperf_rb_ltab_mark(minor); }
 
 void rperf_rb_labels_init(VALUE m)
 {
     empty_set = rb_obj_freeze(rb_hash_new());
     rb_ractor_make_shareable(empty_set);
     rb_gc_register_mark_object(empty_set);
-    if (!keys) {
-        keys_cap = 256;
-        keys = calloc(keys_cap, sizeof(*keys));
-    }
-    atomic_store(&count, 1);
-    pthread_atfork(fork_prepare, fork_parent, fork_child);
+    rperf_rb_ltab_init();
+    rb_define_module_function(m, "_c_get_label", c_get_label, 0);
+    rb_define_module_function(m, "_c_set_label", c_set_label, 1);
     rb_define_module_function(m, "_c_label_apply", c_label_apply, 2);
     rb_define_module_function(m, "_c_label_set", c_label_set, 1);
+    rb_define_singleton_method(m, "label", m_label, -1);
+    rb_define_singleton_method(m, "labels", m_labels, 0);
 }

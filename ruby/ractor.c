@@ -1,20 +1,33 @@
 /*
- * ractor.c — what the profiler keeps per Ractor: Ruby's id for the Ractor
- * (so samples, thread tables and pprof labels name it), and the Ractor's
- * GC event hook. GC hooks are per Ractor in Ruby 3.3 (a GC step fires only
- * the hooks of the Ractor running it), so the hook is registered lazily in
- * every Ractor from a sampling job running inside it, and remembered in
- * Ractor-local storage. The main Ractor's hook is managed by hooks.c at
- * start/stop instead.
+ * ractor.c — what the profiler knows per Ractor and per thread without
+ * calling Ruby methods: an id for the running Ractor (rperf's own number,
+ * kept in Ractor-local storage) and the running thread's name (the kernel's
+ * name of its native thread). Nothing here dispatches a Ruby method, so no
+ * TracePoint, set_trace_func or Thread#add_trace_func sees the profiler's
+ * work (issue: "invisible to tracers").
  *
- * Defence against a TracePoint in some Ractor overwriting the VM-global GC
- * event flags (last writer wins in 3.3): every job compares rb_gc_count()
- * with the GC starts our hooks saw; a GC we did not see makes the Ractor
- * running the job register its hook again, which re-publishes the flags.
+ * Why not Ruby's own Ractor id and Thread#name: Ruby 3.3 exports no C
+ * function that returns either; the only ways are Ruby method calls
+ * (Ractor#inspect, Thread#name), which a tracer on the sampled thread sees.
  *
- * Context: rperf_rb_ractor_prepare runs in the sampling job, GVL held, in
- * any Ractor, OUTSIDE rperf_engine_enter/leave (it calls Ruby and may
- * allocate, hence trigger GC). The storage's free function runs when the
+ * Ractor ids: the main Ractor is 1 (its record is made at require time, in
+ * the main Ractor); every other Ractor gets the next number (2, 3, ...) at
+ * its first sample, in the order Ractors are first sampled. They are unique
+ * for the process's life and are not the numbers of Ractor#inspect.
+ *
+ * Thread names: read with prctl(PR_GET_NAME) on the thread's own native
+ * thread, which Ruby sets with pthread_setname_np for threads that own a
+ * native thread (1:1): to Thread#name (cut by Ruby at 15 bytes, possibly
+ * inside a character; the cut character is dropped here) or, for an
+ * unnamed thread, to "file.rb:LINE" of its block. The main thread is
+ * "main" unless its kernel name changed since require. Threads that share
+ * native threads (M:N: every non-main Ractor in 3.3, and the main Ractor's
+ * other threads under RUBY_MN_THREADS=1) report no name: their native
+ * thread's name belongs to whichever thread Ruby started on it last.
+ *
+ * Context: rperf_rb_ractor_prepare and rperf_rb_thread_name run in the
+ * sampling job (GVL held, any Ractor) or in start (main Ractor); they
+ * allocate with malloc only. The storage's free function runs when the
  * Ractor is freed.
  */
 #include "rperf_ruby.h"
@@ -22,103 +35,88 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 
 typedef struct ractor_rec {
     uint32_t id;
-    int gc_hooked;             /* non-main Ractors: hook registered here */
 } ractor_rec_t;
 
 static void rec_free(void *p) { free(p); }
 static const struct rb_ractor_local_storage_type rec_type = { NULL, rec_free };
 static rb_ractor_local_key_t rec_key;
-static ID id_current, id_inspect, id_name, id_count;
-static VALUE cRactor;
-
-static _Atomic uint64_t gc_base;   /* rb_gc_count() - GC starts seen, at sync */
-
-/* "#<Ractor:#12 ...>" -> 12 (Ruby 3.3 exposes the id only this way). */
-static uint32_t current_ractor_id(void)
-{
-    VALUE r = rb_funcall(cRactor, id_current, 0);
-    VALUE s = rb_funcall(r, id_inspect, 0);
-    const char *p = RSTRING_PTR(s);
-    long n = RSTRING_LEN(s);
-    const char *prefix = "#<Ractor:#";
-    size_t pl = strlen(prefix);
-    if (n <= (long)pl || memcmp(p, prefix, pl) != 0) return 0;
-    uint32_t id = 0;
-    for (long i = (long)pl; i < n && p[i] >= '0' && p[i] <= '9'; i++) id = id * 10 + (uint32_t)(p[i] - '0');
-    return id;
-}
-
-static void check_gc_hooks(ractor_rec_t *rec)
-{
-    uint64_t count = (uint64_t)rb_gc_count();
-    uint64_t seen = rperf_rb_gc_starts();
-    uint64_t base = atomic_load_explicit(&gc_base, memory_order_relaxed);
-    if (count <= base + seen) return;
-    /* A GC ran without our hooks: a Ractor without one (first GC before its
-     * first job) or flags overwritten by another Ractor's TracePoint. */
-    atomic_store_explicit(&gc_base, count - seen, memory_order_relaxed);
-    if (rec->id == 1) rperf_rb_gc_hook_reregister();
-    else rperf_rb_gc_hook_register_here();
-}
+static _Atomic uint32_t next_id = 2;    /* 1 = the main Ractor */
+static char main_comm[16];              /* the main thread's kernel name at require */
+static bool mn_main;                    /* RUBY_MN_THREADS: main-Ractor threads share */
 
 uint32_t rperf_rb_ractor_prepare(void)
 {
     ractor_rec_t *rec = rb_ractor_local_storage_ptr(rec_key);
-    if (!rec) {
-        rec = calloc(1, sizeof(*rec));
-        if (!rec) return 0;
-        rec->id = current_ractor_id();
-        rb_ractor_local_storage_ptr_set(rec_key, rec);
-    }
-    if (rec->id != 1 && !rec->gc_hooked) {
-        rperf_rb_gc_hook_register_here();
-        rec->gc_hooked = 1;
-    }
-    check_gc_hooks(rec);
+    if (rec) return rec->id;
+    /* only non-main Ractors get here: the main one's record is made at init */
+    rec = malloc(sizeof(*rec));
+    if (!rec) return 0;
+    rec->id = atomic_fetch_add_explicit(&next_id, 1, memory_order_relaxed);
+    rb_ractor_local_storage_ptr_set(rec_key, rec);
     return rec->id;
 }
 
-/* The name of the running Ruby thread, copied into buf ("" if unnamed). */
+/* Drop an incomplete UTF-8 sequence at the end (Ruby cuts names at a byte
+ * count); a name that is not UTF-8 at all is kept as it is. */
+static size_t utf8_cut(const char *s, size_t n)
+{
+    size_t i = n, back = 0;
+    while (i > 0 && back < 3 && ((unsigned char)s[i - 1] & 0xC0) == 0x80) {
+        i--;
+        back++;
+    }
+    if (i == 0) return n;
+    unsigned char lead = (unsigned char)s[i - 1];
+    size_t need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+    if (need == 1) return n;                 /* ends in ASCII, or not UTF-8 */
+    return back + 1 < need ? i - 1 : n;      /* a lead byte short of continuations */
+}
+
+/* The name of the running Ruby thread, copied into buf ("" if unknown). */
 size_t rperf_rb_thread_name(char *buf, size_t cap)
 {
-    VALUE name = rb_funcall(rb_thread_current(), id_name, 0);
-    if (!RB_TYPE_P(name, T_STRING) || cap == 0) {
-        if (cap) buf[0] = '\0';
-        return 0;
-    }
-    size_t n = (size_t)RSTRING_LEN(name);
-    if (n >= cap) n = cap - 1;
-    memcpy(buf, RSTRING_PTR(name), n);
+    if (cap == 0) return 0;
+    buf[0] = '\0';
+    bool main_ractor = rperf_rb_ractor_prepare() == 1;
+    bool main_thread = main_ractor && rb_thread_current() == rb_thread_main();
+    if (!main_ractor || (mn_main && !main_thread)) return 0;
+    char comm[16] = { 0 };
+    if (prctl(PR_GET_NAME, comm, 0, 0, 0) != 0) return 0;
+    comm[sizeof(comm) - 1] = '\0';
+    const char *name = main_thread && strcmp(comm, main_comm) == 0 ? "main" : comm;
+    size_t n = utf8_cut(name, strlen(name));
+    if (n >= cap) n = utf8_cut(name, cap - 1);
+    memcpy(buf, name, n);
     buf[n] = '\0';
     return n;
 }
 
-/* GVL held: do Ractors other than the main one exist? Only their threads
- * can hold a GVL at start without ever switching (the main Ractor's GVL is
- * held by the caller of start), so only then is the bootstrap needed. It is
- * skipped otherwise because its signal also interrupts Ruby's timer thread,
- * whose timeslice timer then starts over. */
+/* GVL held, at start: may threads of other Ractors hold their GVL without
+ * ever switching (so that only the bootstrap signal reaches them)? Ruby 3.3
+ * exports no Ractor count (Ractor.count is a method call a tracer sees), so
+ * the answer is always "maybe"; the bootstrap signals only runnable tasks,
+ * which in a program without Ractors is at most a thread running C code
+ * outside the GVL, or Ruby's timer thread at that instant. */
 bool rperf_rb_other_ractors_p(void)
 {
-    return NUM2LONG(rb_funcall(cRactor, id_count, 0)) > 1;
+    return true;
 }
 
-/* main Ractor, GVL held, at start */
-void rperf_rb_ractor_run_start(void)
-{
-    atomic_store(&gc_base, (uint64_t)rb_gc_count() - rperf_rb_gc_starts());
-}
-
+/* main Ractor, GVL held, at require time */
 void rperf_rb_ractor_init(void)
 {
     rec_key = rb_ractor_local_storage_ptr_newkey(&rec_type);
-    id_current = rb_intern("current");
-    id_inspect = rb_intern("inspect");
-    id_name = rb_intern("name");
-    id_count = rb_intern("count");
-    cRactor = rb_const_get(rb_cObject, rb_intern("Ractor"));
-    rb_gc_register_mark_object(cRactor);
+    ractor_rec_t *rec = malloc(sizeof(*rec));
+    if (rec) {
+        rec->id = 1;
+        rb_ractor_local_storage_ptr_set(rec_key, rec);
+    }
+    if (prctl(PR_GET_NAME, main_comm, 0, 0, 0) != 0) main_comm[0] = '\0';
+    main_comm[sizeof(main_comm) - 1] = '\0';
+    const char *mn = getenv("RUBY_MN_THREADS");
+    mn_main = mn && atoi(mn) > 0;
 }

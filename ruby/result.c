@@ -10,6 +10,8 @@
  */
 #include "rperf_ruby.h"
 
+#include <ruby/encoding.h>
+
 typedef struct build_ctx {
     VALUE pairs;      /* frame id -> frozen [path, label] */
     VALUE samples;
@@ -55,12 +57,27 @@ static int add_sample(const rperf_result_sample_t *s, void *arg)
 
 static void set(VALUE h, const char *key, VALUE v) { rb_hash_aset(h, ID2SYM(rb_intern(key)), v); }
 
+/* A thread name as a valid String: the kernel's bytes (ractor.c) carry no
+ * encoding; they are UTF-8 whenever they are valid UTF-8, and any other
+ * bytes are replaced (U+FFFD), so that the result always encodes (JSON,
+ * pprof). */
+static VALUE thread_name(const char *name)
+{
+    if (!name[0]) return Qnil;
+    VALUE s = rb_utf8_str_new_cstr(name);
+    if (rb_enc_str_coderange(s) == ENC_CODERANGE_BROKEN) {
+        VALUE fixed = rb_str_scrub(s, Qnil);
+        if (!NIL_P(fixed)) s = fixed;
+    }
+    return rb_str_freeze(s);
+}
+
 static int add_thread(const rperf_result_thread_t *t, void *arg)
 {
     VALUE th = rb_hash_new();
     set(th, "thread_seq", UINT2NUM(t->thread_seq));
     set(th, "ractor_id", UINT2NUM(t->ractor_id));
-    set(th, "name", t->name[0] ? rb_utf8_str_new_cstr(t->name) : Qnil);
+    set(th, "name", thread_name(t->name));
     set(th, "native_tid", t->native_tid > 0 ? INT2NUM(t->native_tid) : Qnil);
     rb_ary_push((VALUE)arg, th);
     return 0;
@@ -98,6 +115,7 @@ VALUE rperf_rb_build_result(bool raw)
         set(h, "aggregated_samples", c.samples);
     }
     if (rperf_rb_label_set_count() > 1) set(h, "label_sets", rperf_rb_label_sets());
+    set(h, "label_sets_overflowed", ULL2NUM(rperf_rb_labels_overflowed()));
     set(h, "backend", ID2SYM(rb_intern(cfg->backend->name)));
     set(h, "dropped_samples", ULL2NUM(st.dropped_samples));
     set(h, "timer_overruns", ULL2NUM(st.timer_overruns));

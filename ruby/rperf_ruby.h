@@ -27,25 +27,21 @@ void rperf_rb_thread_state_set(VALUE th, rperf_thread_t *pt);
 void rperf_rb_hooks_install(void);
 void rperf_rb_hooks_remove(void);
 void rperf_rb_hooks_after_fork_child(void);
-void rperf_rb_gc_hook_register_here(void);
-void rperf_rb_gc_hook_reregister(void);
-uint64_t rperf_rb_gc_starts(void);
 
 /* ractor.c */
 void rperf_rb_ractor_init(void);
-void rperf_rb_ractor_run_start(void);
 uint32_t rperf_rb_ractor_prepare(void);
 bool rperf_rb_other_ractors_p(void);
 size_t rperf_rb_thread_name(char *buf, size_t cap);
 
 /* labels.c */
 void rperf_rb_labels_init(VALUE mRperf);
-void rperf_rb_labels_reset(void);
+void rperf_rb_labels_reset(uint32_t window_cap);
+void rperf_rb_labels_window_clear(void);
 void rperf_rb_labels_mark(bool minor);
 VALUE rperf_rb_label_sets(void);
-VALUE rperf_rb_label_token(uint32_t id);
-uint32_t rperf_rb_label_id(VALUE token);
 uint32_t rperf_rb_label_set_count(void);
+uint64_t rperf_rb_labels_overflowed(void);
 
 /* result.c */
 VALUE rperf_rb_build_result(bool raw);

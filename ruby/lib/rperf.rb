@@ -21,6 +21,10 @@ module Rperf
 
   MODES = { cpu: 0, wall: 1 }.freeze
   MAX_FREQUENCY = 10_000
+  # New label sets per snapshot window; past it, label applications fold
+  # into the set {rperf_label_overflow: true} (result: label_sets_overflowed).
+  DEFAULT_MAX_LABEL_SETS = 65_536
+  MAX_LABEL_SETS_LIMIT = 1 << 23
 
   @run = nil
 
@@ -37,7 +41,7 @@ module Rperf
 
     def start(frequency: 1000, mode: :cpu, backend: nil, exporter: nil, format: nil,
               output: nil, aggregate: true, signal: nil, verbose: false, stat: false,
-              ring_size: DEFAULT_RING_SLOTS, &block)
+              ring_size: DEFAULT_RING_SLOTS, max_label_sets: DEFAULT_MAX_LABEL_SETS, &block)
       main_ractor!("start")
       raise RuntimeError, "Rperf is already running" if running?
 
@@ -50,6 +54,10 @@ module Rperf
              (ring_size & (ring_size - 1)).zero?
         raise ArgumentError,
               "ring_size must be a power of two between 1024 and #{1 << 24}, got #{ring_size.inspect}"
+      end
+      unless max_label_sets.is_a?(Integer) && max_label_sets >= 1 && max_label_sets <= MAX_LABEL_SETS_LIMIT
+        raise ArgumentError,
+              "max_label_sets must be an Integer between 1 and #{MAX_LABEL_SETS_LIMIT}, got #{max_label_sets.inspect}"
       end
       unless output.nil? || output.is_a?(String) || output.respond_to?(:to_path)
         raise ArgumentError, "output must be nil or a path String, got #{output.inspect}"
@@ -65,7 +73,7 @@ module Rperf
       # The last argument: a run left going at exit is stopped there (in C)
       # and, when it asked for output or reports, finished like Rperf.stop.
       _c_start(frequency, MODES[mode], aggregate ? true : false, backend_name.to_s, signo, ring_size,
-               output || verbose || stat ? true : false)
+               output || verbose || stat ? true : false, max_label_sets)
       return nil unless block
 
       completed = false
@@ -104,27 +112,11 @@ module Rperf
       data
     end
 
-    # Merge labels into the current thread's label set (nil deletes a key).
-    # With a block, the previous set is restored afterwards. Works in any
-    # Ractor: label sets are interned in C (ruby/labels.c) as frozen
-    # shareable Hashes (a value that is not shareable is stored as a frozen
-    # String copy of its to_s).
-    def label(**labels, &block)
-      current_id = _c_get_label
-      _c_set_label(_c_label_apply(current_id, labels)) if running?
-      return nil unless block
-
-      begin
-        block.call
-      ensure
-        _c_set_label(current_id)
-      end
-    end
-
-    # The current thread's labels (a frozen Hash; {} when none or not running).
-    def labels
-      _c_label_set(_c_get_label)
-    end
+    # Rperf.label(**labels) { ... } and Rperf.labels are defined in C
+    # (ruby/labels.c), so that tracers see no helper calls: label merges
+    # labels into the current thread's label set (nil deletes a key; with a
+    # block, the previous set is restored afterwards); labels returns the
+    # current set. Both work in any Ractor.
 
     private
 

@@ -2,7 +2,7 @@
 #
 # Ractor-aware profiling: threads in every Ractor are sampled and attributed
 # (both backends, both modes), threads already running before start are
-# reached, GC inside a Ractor is attributed to that Ractor's thread, labels
+# reached, GC inside a Ractor is charged to that Ractor's thread, labels
 # work inside Ractors, and the per-thread table names each thread's Ractor.
 # Each scenario runs in a child Ruby (Ractors cannot be torn down in-process).
 require_relative "helper"
@@ -144,55 +144,30 @@ class TestRactors < Test::Unit::TestCase
     end
   end
 
-  def test_gc_inside_a_ractor_is_attributed_to_its_thread
+  # GC steps run by a non-main Ractor's thread fire only that Ractor's
+  # hooks, and registering one there would turn off TracePoints of other
+  # Ractors (Ruby 3.3), so that GC time stays ordinary time of the Ractor's
+  # thread (docs/architecture.md, "GC in Ractors"): never lost, never
+  # charged to another Ractor.
+  def test_gc_inside_a_ractor_is_charged_to_its_thread
     each_combo do |backend, mode|
       run = run_child(<<~RUBY, timeout: 120)
         #{PRELUDE}
         Rperf.start(backend: :#{backend}, mode: :#{mode}, frequency: 1000)
-        r = Ractor.new { rperf_ractor_alloc(0.6) }
-        r.take
+        r = Ractor.new { c0 = Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID); rperf_ractor_alloc(0.4); Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID) - c0 }
+        cpu = r.take
         data = Rperf.stop
-        gc = data[:aggregated_samples].select { |s| ["[GC marking]", "[GC sweeping]"].include?(s[0][0][1]) }
-        in_ractor = gc.select { |s| s[0].any? { |f| f[1] == "Object#rperf_ractor_alloc" } }
-        child_report(gc_seqs: in_ractor.map { |s| s[2] }.uniq, kinds: in_ractor.map { |s| s[0][0][1] }.uniq,
-                     weight: in_ractor.sum { |s| s[1] }, threads: data[:threads])
+        in_ractor = data[:aggregated_samples].select { |s| s[0].any? { |f| f[1] == "Object#rperf_ractor_alloc" } }
+        child_report(seqs: in_ractor.map { |s| s[2] }.uniq, weight: in_ractor.sum { |s| s[1] },
+                     cpu: cpu, threads: data[:threads])
       RUBY
       what = "#{backend}/#{mode}"
       assert_child_ok(run, what)
       rep = run.report
-      assert_operator(rep["weight"], :>, 0, "#{what}: GC time inside the Ractor's stack #{rep}")
-      assert_include(rep["kinds"], "[GC marking]", "#{what}: #{rep}")
-      ids = rep["threads"].select { |t| rep["gc_seqs"].include?(t["thread_seq"]) }.map { |t| t["ractor_id"] }
-      assert_operator(ids.min, :>, 1, "#{what}: GC samples belong to the Ractor's thread #{rep}")
+      assert_operator(rep["weight"], :>=, rep["cpu"] * 1e9 / 3, "#{what}: the Ractor's allocating work (GC included) #{rep}")
+      ids = rep["threads"].select { |t| rep["seqs"].include?(t["thread_seq"]) }.map { |t| t["ractor_id"] }
+      assert_operator(ids.min, :>, 1, "#{what}: charged to the Ractor's thread #{rep}")
     end
-  end
-
-  # A TracePoint enabled and disabled in another Ractor rewrites the VM-global
-  # GC event flags from that Ractor's hook list (Ruby 3.3), which switches
-  # every Ractor's GC hooks off. The next job notices the unseen GCs and
-  # registers the hook again. 2 Hz: the Ractor has no job before its
-  # TracePoint, so its hook list holds only the TracePoint.
-  def test_gc_hooks_survive_a_tracepoint_in_another_ractor
-    run = run_child(<<~RUBY, timeout: 120)
-      #{PRELUDE}
-      Rperf.start(frequency: 2, mode: :cpu, aggregate: false)
-      r = Ractor.new do
-        tp = TracePoint.new(:line) {}
-        tp.enable
-        x = 0
-        100.times { x += 1 }
-        tp.disable
-        :ok
-      end
-      r.take
-      after = Process.clock_gettime(Process::CLOCK_REALTIME, :nanosecond)
-      rperf_alloc_work(1.5)
-      data = Rperf.stop
-      gc = data[:raw_samples].select { |s| s[0][0][1].start_with?("[GC") && s[4] > after }
-      child_report(gc_after: gc.size, weight: gc.sum { |s| s[1] })
-    RUBY
-    assert_child_ok(run)
-    assert_operator(run.report["gc_after"], :>, 0, "GC samples after the TracePoint #{run.report}")
   end
 
   def test_labels_inside_ractors
