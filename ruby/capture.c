@@ -85,6 +85,7 @@ static void sample_job(void *data)
     if (!want_name) return;
     char name[RPERF_THREAD_NAME_MAX];
     size_t len = rperf_rb_thread_name(name, sizeof(name));
+    if (len == RPERF_RB_NAME_LATER) return;
     if (!rperf_engine_enter()) return;
     pt = rperf_rb_current_thread(false);
     if (pt) rperf_thread_set_name(pt, name, len);

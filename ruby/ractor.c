@@ -1,6 +1,7 @@
 /*
- * ractor.c — what the profiler keeps per Ractor: Ruby's id for the Ractor
- * (so samples, thread tables and pprof labels name it), and the Ractor's
+ * ractor.c — what the profiler keeps per Ractor: an id for the Ractor (so
+ * samples, thread tables and pprof labels name it; main = 1, others
+ * numbered at their first sampling job, not Ruby's ids), and the Ractor's
  * GC event hook. GC hooks are per Ractor in Ruby 3.3 (a GC step fires only
  * the hooks of the Ractor running it), so the hook is registered lazily in
  * every Ractor from a sampling job running inside it, and remembered in
@@ -13,9 +14,9 @@
  * running the job register its hook again, which re-publishes the flags.
  *
  * Context: rperf_rb_ractor_prepare runs in the sampling job, GVL held, in
- * any Ractor, OUTSIDE rperf_engine_enter/leave (it calls Ruby and may
- * allocate, hence trigger GC). The storage's free function runs when the
- * Ractor is freed.
+ * any Ractor, OUTSIDE rperf_engine_enter/leave (it may allocate, hence
+ * trigger GC); it calls no Ruby method (issue 14, see may_call_ruby).
+ * The storage's free function runs when the Ractor is freed.
  */
 #include "rperf_ruby.h"
 
@@ -31,25 +32,16 @@ typedef struct ractor_rec {
 static void rec_free(void *p) { free(p); }
 static const struct rb_ractor_local_storage_type rec_type = { NULL, rec_free };
 static rb_ractor_local_key_t rec_key;
-static ID id_current, id_inspect, id_name, id_count;
+static ID id_name, id_count;
 static VALUE cRactor;
 
 static _Atomic uint64_t gc_base;   /* rb_gc_count() - GC starts seen, at sync */
 
-/* "#<Ractor:#12 ...>" -> 12 (Ruby 3.3 exposes the id only this way). */
-static uint32_t current_ractor_id(void)
-{
-    VALUE r = rb_funcall(cRactor, id_current, 0);
-    VALUE s = rb_funcall(r, id_inspect, 0);
-    const char *p = RSTRING_PTR(s);
-    long n = RSTRING_LEN(s);
-    const char *prefix = "#<Ractor:#";
-    size_t pl = strlen(prefix);
-    if (n <= (long)pl || memcmp(p, prefix, pl) != 0) return 0;
-    uint32_t id = 0;
-    for (long i = (long)pl; i < n && p[i] >= '0' && p[i] <= '9'; i++) id = id * 10 + (uint32_t)(p[i] - '0');
-    return id;
-}
+/* Ids: the main Ractor is 1 (its record is made at start); every other
+ * Ractor takes the next number at its first sampling job. Ruby's own id is
+ * reachable only through Ractor#inspect, a method call the job must not make
+ * (see may_call_ruby). */
+static _Atomic uint32_t next_id = 2;
 
 static void check_gc_hooks(ractor_rec_t *rec)
 {
@@ -64,13 +56,29 @@ static void check_gc_hooks(ractor_rec_t *rec)
     else rperf_rb_gc_hook_register_here();
 }
 
+/* Issue 14: a Ruby method call made from the sampling job returns through
+ * an interrupt check (vm_call0_body), where a thread switch can let another
+ * thread of this Ractor post Thread#kill (e.g. the Ractor's end killing its
+ * threads) or Thread#raise; the kill is then taken inside the job and its
+ * throw swallowed by rb_postponed_job_flush: the thread runs on with to_kill
+ * set and the Ractor waits for it forever. So the job reads a thread's name
+ * (Thread#name) only when no other thread of its Ractor exists (none can
+ * run in between) and nothing is pending -- except in the main Ractor,
+ * where names are still read with the call until they are read without one
+ * (docs/backends.md, "The sampling job calls no Ruby method"). */
+static bool may_call_ruby(const ractor_rec_t *rec)
+{
+    if (rec && rec->id == 1) return true;
+    return rb_thread_alone() && !rb_thread_interrupted(rb_thread_current());
+}
+
 uint32_t rperf_rb_ractor_prepare(void)
 {
     ractor_rec_t *rec = rb_ractor_local_storage_ptr(rec_key);
     if (!rec) {
         rec = calloc(1, sizeof(*rec));
         if (!rec) return 0;
-        rec->id = current_ractor_id();
+        rec->id = atomic_fetch_add_explicit(&next_id, 1, memory_order_relaxed);
         rb_ractor_local_storage_ptr_set(rec_key, rec);
     }
     if (rec->id != 1 && !rec->gc_hooked) {
@@ -84,6 +92,7 @@ uint32_t rperf_rb_ractor_prepare(void)
 /* The name of the running Ruby thread, copied into buf ("" if unnamed). */
 size_t rperf_rb_thread_name(char *buf, size_t cap)
 {
+    if (!may_call_ruby(rb_ractor_local_storage_ptr(rec_key))) return RPERF_RB_NAME_LATER;
     VALUE name = rb_funcall(rb_thread_current(), id_name, 0);
     if (!RB_TYPE_P(name, T_STRING) || cap == 0) {
         if (cap) buf[0] = '\0';
@@ -109,14 +118,19 @@ bool rperf_rb_other_ractors_p(void)
 /* main Ractor, GVL held, at start */
 void rperf_rb_ractor_run_start(void)
 {
+    if (!rb_ractor_local_storage_ptr(rec_key)) {   /* the main Ractor is 1 */
+        ractor_rec_t *rec = calloc(1, sizeof(*rec));
+        if (rec) {
+            rec->id = 1;
+            rb_ractor_local_storage_ptr_set(rec_key, rec);
+        }
+    }
     atomic_store(&gc_base, (uint64_t)rb_gc_count() - rperf_rb_gc_starts());
 }
 
 void rperf_rb_ractor_init(void)
 {
     rec_key = rb_ractor_local_storage_ptr_newkey(&rec_type);
-    id_current = rb_intern("current");
-    id_inspect = rb_intern("inspect");
     id_name = rb_intern("name");
     id_count = rb_intern("count");
     cRactor = rb_const_get(rb_cObject, rb_intern("Ractor"));

@@ -34,6 +34,9 @@ void rperf_rb_ractor_init(void);
 void rperf_rb_ractor_run_start(void);
 uint32_t rperf_rb_ractor_prepare(void);
 bool rperf_rb_other_ractors_p(void);
+/* RPERF_RB_NAME_LATER: not read now (a Ruby call could take an interrupt
+ * inside the sampling job, see ractor.c); ask again later. */
+#define RPERF_RB_NAME_LATER SIZE_MAX
 size_t rperf_rb_thread_name(char *buf, size_t cap);
 
 /* labels.c */
