@@ -86,6 +86,7 @@ static VALUE c_start(int argc, VALUE *argv, VALUE self)
     require_main_ractor("start");
     fork_reset_if_needed();
     if (rperf_engine_running()) rb_raise(rb_eRuntimeError, "Rperf is already running");
+    rperf_rb_signal_check_free(NUM2INT(signo));   /* never replace someone else's action */
     rperf_config_t cfg;
     memset(&cfg, 0, sizeof(cfg));
     cfg.frequency = NUM2INT(freq);

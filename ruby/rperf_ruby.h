@@ -49,6 +49,12 @@ VALUE rperf_rb_build_result(bool raw);
 /* api.c */
 void rperf_rb_api_init(VALUE mRperf);
 
+/* signals.c */
+void rperf_rb_signals_init(VALUE mRperf);
+/* GVL held: ArgumentError when signo (0 = the default tick signal) has an
+ * action that is not the default one (someone else uses it). */
+void rperf_rb_signal_check_free(int signo);
+
 /* export.c (exporters) */
 void rperf_rb_exporters_init(VALUE mRperf);
 

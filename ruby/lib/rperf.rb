@@ -25,6 +25,11 @@ module Rperf
   # into the set {rperf_label_overflow: true} (result: label_sets_overflowed).
   DEFAULT_MAX_LABEL_SETS = 65_536
   MAX_LABEL_SETS_LIMIT = 1 << 23
+  # The real-time signals of this libc (glibc: 34..64; Ruby reserves none of
+  # them) and the tick signal used when none is given (SIGRTMIN+8).
+  rtmin, rtmax, default_signal = _c_signal_range
+  REALTIME_SIGNALS = (rtmin..rtmax)
+  DEFAULT_SIGNAL = default_signal
 
   @run = nil
 
@@ -41,7 +46,8 @@ module Rperf
 
     def start(frequency: 1000, mode: :cpu, backend: nil, exporter: nil, format: nil,
               output: nil, aggregate: true, signal: nil, verbose: false, stat: false,
-              ring_size: DEFAULT_RING_SLOTS, max_label_sets: DEFAULT_MAX_LABEL_SETS, &block)
+              ring_size: DEFAULT_RING_SLOTS, max_label_sets: DEFAULT_MAX_LABEL_SETS,
+              allow_signal: false, &block)
       main_ractor!("start")
       raise RuntimeError, "Rperf is already running" if running?
 
@@ -49,7 +55,7 @@ module Rperf
       unless MODES.key?(mode)
         raise ArgumentError, "mode must be :cpu or :wall, got #{mode.inspect}"
       end
-      backend_name, signo = resolve_backend(backend, signal)
+      backend_name, signo = resolve_backend(backend, signal, allow_signal)
       unless ring_size.is_a?(Integer) && ring_size >= 1024 && ring_size <= (1 << 24) &&
              (ring_size & (ring_size - 1)).zero?
         raise ArgumentError,
@@ -131,22 +137,21 @@ module Rperf
     end
 
     UNCATCHABLE = { 9 => "KILL", 19 => "STOP" }.freeze
+    # Raised by faults: a handler that returns would re-run the faulting
+    # instruction. Refused even with allow_signal: true.
+    FAULT_SIGNALS = %w[ILL TRAP ABRT BUS FPE SEGV SYS].to_h { |n| [Signal.list.fetch(n), n] }.freeze
 
     # -> [backend_name, signal_number (0 = backend default)]
-    def resolve_backend(backend, signal)
+    def resolve_backend(backend, signal, allow_signal = false)
       names = backends
+      unless allow_signal == true || allow_signal == false
+        raise ArgumentError, "allow_signal must be true or false, got #{allow_signal.inspect}"
+      end
       unless signal.nil? || signal == false || signal.is_a?(Integer)
-        raise ArgumentError, "signal must be nil, false, or an Integer, got #{signal.inspect}"
+        raise ArgumentError, "signal must be nil, false, or an Integer, got #{signal.inspect} " \
+                             "(accepted: #{signal_accepted})"
       end
-      if signal.is_a?(Integer) && signal > 0
-        if UNCATCHABLE.key?(signal)
-          raise ArgumentError,
-                "signal #{signal} (#{UNCATCHABLE[signal]}) cannot be caught; use a different signal"
-        end
-        if signal >= 65
-          raise ArgumentError, "signal must be a catchable signal number below 65, got #{signal}"
-        end
-      end
+      validate_signal_number(signal, allow_signal) if signal.is_a?(Integer) && signal != 0
       from_signal =
         if signal == false || signal == 0 then :nanosleep
         elsif signal.is_a?(Integer) && signal > 0 then :signal
@@ -159,13 +164,38 @@ module Rperf
                 "unknown backend #{backend.inspect}; registered backends: #{names.map(&:inspect).join(', ')}"
         end
         name = backend.to_sym
-        if from_signal && from_signal != name
+        # An Integer names the tick signal of either backend (:nanosleep
+        # signals other Ractors' threads with it); false/0 means :nanosleep.
+        if from_signal == :nanosleep && name != :nanosleep
           raise ArgumentError,
                 "backend: #{name.inspect} conflicts with signal: #{signal.inspect} " \
-                "(signal: false selects :nanosleep, an Integer selects :signal)"
+                "(signal: false selects :nanosleep; an Integer is the tick signal of either backend)"
         end
       end
       [name, signal.is_a?(Integer) && signal > 0 ? signal : 0]
+    end
+
+    def signal_accepted
+      "nil, false, 0 (nanosleep) or a real-time signal number #{REALTIME_SIGNALS} (SIGRTMIN..SIGRTMAX)"
+    end
+
+    def validate_signal_number(signal, allow_signal)
+      if UNCATCHABLE.key?(signal)
+        raise ArgumentError, "signal #{signal} (#{UNCATCHABLE[signal]}) cannot be caught; use a different signal"
+      end
+      return if REALTIME_SIGNALS.cover?(signal)
+
+      name = Signal.signame(signal) if signal.positive?
+      shown = name ? "#{signal} (SIG#{name})" : signal.to_s
+      if !allow_signal || signal <= 0 || signal > REALTIME_SIGNALS.max
+        raise ArgumentError, "signal must be #{signal_accepted}, got #{shown}; " \
+                             "another catchable signal needs allow_signal: true"
+      end
+      return unless FAULT_SIGNALS.key?(signal)
+
+      raise ArgumentError, "signal #{shown} is raised by faults and cannot be the tick signal, even with " \
+                           "allow_signal: true (refused: #{FAULT_SIGNALS.values.map { |n| "SIG#{n}" }.join(', ')}); " \
+                           "accepted: #{signal_accepted}"
     end
 
     def resolve_exporter(exporter, format, output)
@@ -327,6 +357,7 @@ if ENV["RPERF_ENABLED"] == "1"
   else opts[:signal] = Integer(ENV["RPERF_SIGNAL"], exception: false) ||
                        raise(ArgumentError, "RPERF_SIGNAL must be 'false' or an Integer, got #{ENV['RPERF_SIGNAL'].inspect}")
   end
+  opts[:allow_signal] = true if ENV["RPERF_ALLOW_SIGNAL"] == "1"
   # Stopped at exit by the extension's end proc (ruby/api.c), which runs
   # after the application's at_exit blocks and writes the output.
   Rperf.start(**opts)

@@ -166,25 +166,37 @@ class TestApi < Test::Unit::TestCase
     assert_equal(:nanosleep, r[:backend])
   end
 
-  def test_application_signal_handler_restored_after_stop
-    # The profiler must restore whatever handler the application had for its
-    # signal; a crash here (default action of a real-time signal) is a failure.
-    # Run in a child so a crash cannot take the other tests down.
+  def test_application_signal_handler_kept
+    # A signal the application traps is never taken (start refuses it, see
+    # test_validation.rb), its handler keeps working while rperf profiles
+    # with another signal, and the signal rperf used can be trapped after
+    # stop. Run in a child so a crash (default action of a real-time
+    # signal) cannot take the other tests down.
     script = <<~'RUBY'
       sig = 40
       q = Queue.new
       Signal.trap(sig) { q << :hit }
       RPERF_BACKENDS.each do |backend|
-        opts = backend == :signal ? { signal: sig } : { backend: :nanosleep }
-        Rperf.start(frequency: 1000, **opts) { cpu_spin(0.03) }
+        refused = begin
+          Rperf.start(signal: sig, backend: backend)
+          Rperf.stop
+          "started"
+        rescue ArgumentError => e
+          e.message[/is in use/]
+        end
+        Rperf.start(frequency: 1000, signal: sig + 1, backend: backend) { cpu_spin(0.03) }
         Process.kill(sig, Process.pid)
         got = q.pop(timeout: 10)
-        child_report("backend" => backend.to_s, "hit" => got.to_s)
+        Signal.trap(sig + 1) { q << :after }
+        Process.kill(sig + 1, Process.pid)
+        after = q.pop(timeout: 10)
+        Signal.trap(sig + 1, "DEFAULT")
+        child_report("backend" => backend.to_s, "refused" => refused, "hit" => got.to_s, "after" => after.to_s)
       end
     RUBY
     run = run_child(script)
     assert_child_ok(run)
-    assert_equal([{ "backend" => "signal", "hit" => "hit" }, { "backend" => "nanosleep", "hit" => "hit" }],
+    assert_equal(%w[signal nanosleep].map { |b| { "backend" => b, "refused" => "is in use", "hit" => "hit", "after" => "after" } },
                  run.reports, run.describe)
   end
 

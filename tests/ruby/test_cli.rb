@@ -95,11 +95,32 @@ class TestCLI < Test::Unit::TestCase
   end
 
   def test_uncatchable_or_bad_signal
+    range = Regexp.escape(Rperf::REALTIME_SIGNALS.to_s)
     assert_usage_error(%w[record --signal 9], /\Arperf: signal 9 \(KILL\) cannot be caught; use a different signal$/)
     assert_usage_error(%w[stat --signal 19], /signal 19 \(STOP\) cannot be caught/)
-    assert_usage_error(%w[record --signal 99], /signal must be a catchable signal number 1\.\.64 or false, got 99/)
+    assert_usage_error(%w[record --signal 99],
+                       /\Arperf: signal must be a real-time signal number #{range} \(SIGRTMIN\.\.SIGRTMAX\) or false, got 99$/)
     assert_usage_error(%w[record --signal SIGUSR1], /signal must be a signal number or false, got "SIGUSR1"/)
     assert_usage_error(%w[record --signal false --backend signal], /--backend signal conflicts with --signal false/)
+  end
+
+  def test_signal_must_be_real_time
+    # Signals below SIGRTMIN (here SIGPROF, SIGUSR1, SIGSEGV) are refused
+    # like in Rperf.start; the range comes from the libc at run time.
+    range = Regexp.escape(Rperf::REALTIME_SIGNALS.to_s)
+    [Signal.list["PROF"], Signal.list["USR1"], Signal.list["SEGV"], Rperf::REALTIME_SIGNALS.min - 1,
+     Rperf::REALTIME_SIGNALS.max + 1].each do |sig|
+      assert_usage_error(%W[record --signal #{sig}], /real-time signal number #{range} .* or false, got #{sig}$/)
+    end
+  end
+
+  def test_signal_with_nanosleep_backend
+    # A number is the tick signal of either backend: --backend nanosleep
+    # --signal N runs (nanosleep sends it to other Ractors' threads only).
+    sig = Rperf::REALTIME_SIGNALS.min + 3
+    out, err, st = rperf("record", "-p", "--backend", "nanosleep", "--signal", sig.to_s, *WORK)
+    assert_equal(0, st.exitstatus, err)
+    assert_match(/rperf_cli_work/, out)
   end
 
   def test_unknown_backend_and_format

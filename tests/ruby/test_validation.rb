@@ -105,18 +105,134 @@ class TestValidation < Test::Unit::TestCase
     assert_block_not_run(signal: 9)
   end
 
+  RT = Rperf::REALTIME_SIGNALS
+  RT_TEXT = Regexp.escape("real-time signal number #{RT} (SIGRTMIN..SIGRTMAX)")
+
+  def test_signal_range_from_libc
+    # glibc reports SIGRTMIN 34 (32 and 33 are its own) and SIGRTMAX 64;
+    # Ruby catches none of them at boot.
+    assert_equal(Rperf._c_signal_range[0..1], [RT.min, RT.max])
+    assert_operator(RT.min, :>, Signal.list["SYS"], "no classic signal is real-time")
+    assert_equal(RT.min + 8, Rperf::DEFAULT_SIGNAL, "default tick signal SIGRTMIN+8")
+  end
+
   def test_signal_out_of_range_does_not_start
-    # No such signal: must not start (ArgumentError preferred; a RuntimeError
-    # from the timer set-up is tolerated), and must leave nothing running.
-    [1000, 65].each do |sig|
-      assert_raise(ArgumentError, RuntimeError) { Rperf.start(signal: sig) }
-      assert_false(Rperf.running?, "signal: #{sig}")
+    [1000, RT.max + 1, -1, RT.min - 1].each do |sig|
+      assert_rejected({ signal: sig }, /\Asignal must be nil, false, 0 \(nanosleep\) or a #{RT_TEXT}, got #{sig}/,
+                      /allow_signal: true/)
     end
+    assert_block_not_run(signal: RT.max + 1)
+  end
+
+  def test_signal_not_real_time_refused
+    # SIGSEGV would turn a crash into a handler loop, SIGINT would silence
+    # Ctrl-C: classic signals are refused without the explicit opt-in.
+    %w[PROF USR1 INT SEGV ALRM CHLD].each do |name|
+      sig = Signal.list.fetch(name)
+      assert_rejected({ signal: sig },
+                      /\Asignal must be .*#{RT_TEXT}, got #{sig} \(SIG#{name}\); another catchable signal needs allow_signal: true\z/)
+      assert_rejected({ signal: sig, backend: :signal }, /got #{sig} \(SIG#{name}\)/)
+    end
+  end
+
+  # Is `sig` caught (a handler installed) at the OS level?
+  def os_caught?(sig)
+    File.read("/proc/self/status")[/^SigCgt:\s*(\h+)/, 1].to_i(16)[sig - 1] == 1
+  end
+
+  def test_allow_signal_opt_in
+    # With allow_signal: true a classic signal whose action is the default
+    # is taken (SIGPROF: Ruby does not catch it) and restored at stop.
+    assert_false(os_caught?(Signal.list["PROF"]))
+    r = Rperf.start(frequency: 1000, signal: Signal.list["PROF"], allow_signal: true) { rperf_work_a(0.05) }
+    assert_equal(:signal, r[:backend])
+    assert_has_label(r, "Object#rperf_work_a", "ticks delivered by SIGPROF")
+    assert_false(Rperf.running?)
+    assert_false(os_caught?(Signal.list["PROF"]), "the default action is back after stop")
+  end
+
+  def test_allow_signal_still_refuses_faults_and_bad_values
+    %w[FPE TRAP ABRT SEGV BUS ILL].each do |name|
+      sig = Signal.list.fetch(name)
+      assert_rejected({ signal: sig, allow_signal: true },
+                      /\Asignal #{sig} \(SIG#{name}\) is raised by faults and cannot be the tick signal/, /#{RT_TEXT}/)
+    end
+    assert_rejected({ signal: 9, allow_signal: true }, "signal 9 (KILL) cannot be caught; use a different signal")
+    assert_rejected({ signal: RT.max + 1, allow_signal: true }, /got #{RT.max + 1}/)
+    assert_rejected({ signal: 0 - 1, allow_signal: true }, /got -1/)
+    assert_rejected({ allow_signal: "yes" }, "allow_signal must be true or false, got \"yes\"")
+    assert_rejected({ allow_signal: nil, signal: 40 }, /allow_signal must be true or false, got nil/)
+  end
+
+  def test_signal_in_use_refused
+    # A signal whose action someone else set is never replaced: an
+    # ArgumentError naming it, nothing started, the owner's handler intact.
+    sig = RT.min + 5
+    hits = Queue.new
+    Signal.trap(sig) { hits << :hit }
+    begin
+      RPERF_BACKENDS.each do |backend|
+        assert_rejected({ signal: sig, backend: backend },
+                        /\Asignal: #{sig} is in use \(its action is a handler, set by someone else/,
+                        /choose a free real-time signal with signal: \(#{RT.min}\.\.#{RT.max}\)/i)
+      end
+      Process.kill(sig, Process.pid)
+      assert_equal(:hit, hits.pop(timeout: 10), "the application's handler still runs")
+      Signal.trap(sig, "IGNORE")
+      assert_rejected({ signal: sig }, /\Asignal: #{sig} is in use \(its action is SIG_IGN/)
+    ensure
+      Signal.trap(sig, "DEFAULT")
+    end
+    r = Rperf.start(frequency: 500, signal: sig) { rperf_work_a(0.02) }
+    assert_kind_of(Hash, r, "the same signal is taken once its action is the default again")
+  end
+
+  def test_default_signal_in_use_refused
+    # The default tick signal (SIGRTMIN+8) is checked too, for both
+    # backends; a free signal: makes either backend start.
+    sig = Rperf::DEFAULT_SIGNAL
+    Signal.trap(sig) {}
+    begin
+      RPERF_BACKENDS.each do |backend|
+        assert_rejected({ backend: backend }, /\Asignal: #{sig} \(rperf's default tick signal, SIGRTMIN\+8\) is in use/)
+      end
+      assert_rejected({ signal: false }, /signal: #{sig} .* is in use/)
+      RPERF_BACKENDS.each do |backend|
+        r = Rperf.start(frequency: 500, backend: backend, signal: RT.min + 1) { rperf_work_a(0.02) }
+        assert_equal(backend, r[:backend])
+      end
+    ensure
+      Signal.trap(sig, "DEFAULT")
+    end
+  end
+
+  def test_rperf_signal_environment
+    # RPERF_SIGNAL follows the same rules; RPERF_ALLOW_SIGNAL=1 is the opt-in.
+    run = lambda do |env|
+      Open3.capture3({ "RPERF_ENABLED" => "1", "RPERF_OUTPUT" => File::NULL, "RPERF_FORMAT" => "collapsed" }.merge(env),
+                     RbConfig.ruby, "-I", RPERF_BUILD_LIB, "-rrperf", "-e", "p Rperf.running?")
+    end
+    out, err, st = run.call("RPERF_SIGNAL" => Signal.list["PROF"].to_s)
+    assert_equal([1, ""], [st.exitstatus, out], err)
+    assert_match(/signal must be .*#{RT_TEXT}, got #{Signal.list['PROF']} \(SIGPROF\)/, err)
+    out, err, st = run.call("RPERF_SIGNAL" => Signal.list["PROF"].to_s, "RPERF_ALLOW_SIGNAL" => "1")
+    assert_equal([0, "true\n"], [st.exitstatus, out], err)
+    out, err, st = run.call("RPERF_SIGNAL" => (RT.min + 2).to_s)
+    assert_equal([0, "true\n"], [st.exitstatus, out], err)
   end
 
   def test_signal_conflicts_with_backend
     assert_rejected({ signal: false, backend: :signal }, /signal/, /backend/)
-    assert_rejected({ signal: 40, backend: :nanosleep }, /signal/, /backend/)
+    assert_rejected({ signal: 0, backend: :signal }, /signal/, /backend/)
+  end
+
+  def test_signal_number_with_nanosleep
+    # An Integer is the tick signal of either backend (:nanosleep sends it
+    # to other Ractors' threads); without backend: it selects :signal.
+    r = Rperf.start(frequency: 200, signal: RT.min + 4, backend: :nanosleep) { cpu_spin(0.005) }
+    assert_equal(:nanosleep, r[:backend])
+    r = Rperf.start(frequency: 200, signal: RT.min + 4) { cpu_spin(0.005) }
+    assert_equal(:signal, r[:backend])
   end
 
   # ---- exporter / format / output -------------------------------------------
@@ -148,6 +264,9 @@ class TestValidation < Test::Unit::TestCase
       { signal: nil, backend: :nanosleep },
       { signal: nil, backend: :signal },
       { signal: 40, backend: :signal },
+      { signal: 40, backend: :nanosleep },
+      { signal: Rperf::REALTIME_SIGNALS.min },
+      { signal: Rperf::REALTIME_SIGNALS.max, allow_signal: true },
       { mode: :wall, aggregate: false },
       { verbose: nil, stat: nil, aggregate: nil },
     ].each do |opts|

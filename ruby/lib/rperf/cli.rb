@@ -143,7 +143,8 @@ module Rperf
         op.on("--format NAME", "pprof, collapsed, json, text or a registered exporter " \
                                "(default: from the output suffix)") { |v| s.format = v }
         op.on("-p", "--print", "print the text report to stdout instead of writing a file") { s.print = true } if sub == "record"
-        op.on("--signal N|false", "timer signal number (signal backend), or false for the nanosleep backend") { |v| s.signal = v }
+        op.on("--signal N|false", "tick signal, a real-time signal number (SIGRTMIN..SIGRTMAX), " \
+                                   "or false for the nanosleep backend") { |v| s.signal = v }
         op.on("--backend NAME", "timer backend: signal (default) or nanosleep") { |v| s.backend = v }
         op.on("--no-aggregate", "keep every sample (raw mode)") { s.aggregate = false }
         op.on("--report", "add the flat and cumulative tables to the stats") { s.report = true } if sub == "stat"
@@ -176,27 +177,30 @@ module Rperf
       end
     end
 
+    # The same rules as Rperf.start's signal: (lib/rperf.rb): false, or a
+    # real-time signal number of this libc (SIGRTMIN..SIGRTMAX, read from
+    # the extension). The CLI has no allow_signal: opt-in; a program that
+    # needs another signal sets it through Rperf.start.
     def validate_signal(s)
       sub = s.subcommand
       return if s.signal.nil?
 
       if s.signal == "false"
-        implied = "nanosleep"
-      else
-        signo = Integer(s.signal, 10, exception: false)
-        raise UsageError.new("signal must be a signal number or false, got #{s.signal.inspect}", sub) unless signo
-        if UNCATCHABLE.key?(signo)
-          raise UsageError.new("signal #{signo} (#{UNCATCHABLE[signo]}) cannot be caught; use a different signal", sub)
-        end
-        unless signo.between?(1, 64)
-          raise UsageError.new("signal must be a catchable signal number 1..64 or false, got #{signo}", sub)
-        end
-        implied = "signal"
-      end
-      return unless s.backend && s.backend != implied
+        return unless s.backend && s.backend != "nanosleep"
 
-      raise UsageError.new("--backend #{s.backend} conflicts with --signal #{s.signal} " \
-                           "(--signal false selects nanosleep, a number selects signal)", sub)
+        raise UsageError.new("--backend #{s.backend} conflicts with --signal false " \
+                             "(--signal false selects nanosleep; a number is the tick signal of either backend)", sub)
+      end
+      signo = Integer(s.signal, 10, exception: false)
+      raise UsageError.new("signal must be a signal number or false, got #{s.signal.inspect}", sub) unless signo
+      if UNCATCHABLE.key?(signo)
+        raise UsageError.new("signal #{signo} (#{UNCATCHABLE[signo]}) cannot be caught; use a different signal", sub)
+      end
+      range = library::REALTIME_SIGNALS
+      return if range.cover?(signo)
+
+      raise UsageError.new("signal must be a real-time signal number #{range} (SIGRTMIN..SIGRTMAX) " \
+                           "or false, got #{signo}", sub)
     end
 
     # The library, loaded into the CLI only to list backends and exporters

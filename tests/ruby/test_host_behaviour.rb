@@ -1,0 +1,239 @@
+# frozen_string_literal: true
+
+# tests/ruby/test_host_behaviour.rb — profiling changes nothing a program
+# can observe besides time. Real programs run once as they are and once per
+# backend × mode under the environment auto-start (RPERF_ENABLED=1,
+# RUBYOPT=-rrperf, 10 kHz, output to a file; stopped by the extension's end
+# proc after the program's at_exit blocks), and their exit status, fatal
+# signal, stdout and stderr must be identical: exit codes, an uncaught
+# exception, abort, exit!, at_exit order, thread statuses, $? of children,
+# fork, a Ractor, stdin, signal traps, and the signal dispositions after
+# the profiler stopped (printed from a finalizer, which Ruby runs after
+# the end procs).
+
+require_relative "helper"
+
+class TestHostBehaviour < Test::Unit::TestCase
+  # Printed by programs: the process's signal dispositions as the OS and
+  # Ruby see them (tick signal, the real-time range, common signals).
+  DISPOSITIONS = <<~'RUBY'
+    # While the program runs it may be profiled: rperf's tick signal
+    # (SIGRTMIN+8 = 42 here) is then caught, so its bit is left out of the
+    # masks, and the real-time traps are queried only after stop (querying
+    # a trap means setting it, and setting the tick signal to its default
+    # action while rperf runs would let the next tick kill the process).
+    def host_dispositions(running: false)
+      st = File.read("/proc/self/status")
+      masks = %w[SigBlk SigIgn SigCgt].map do |k|
+        bits = st[/^#{k}:\s*(\h+)/, 1].to_i(16)
+        bits &= ~(1 << 41) if running
+        format("%s=%016x", k, bits)
+      end
+      traps = %w[INT TERM HUP USR1 USR2 PIPE CHLD QUIT ALRM PROF].map do |s|
+        old = Signal.trap(s, "SYSTEM_DEFAULT")
+        Signal.trap(s, old)
+        "#{s}=#{old.is_a?(Proc) ? 'proc' : old.inspect}"
+      end
+      rt = !running && (34..64).map do |s|
+        old = Signal.trap(s, "SYSTEM_DEFAULT")
+        Signal.trap(s, old)
+        old.is_a?(Proc) ? "P" : old.nil? ? "n" : old[0]
+      end
+      "#{masks.join(' ')} #{traps.join(' ')}#{rt ? " rt=#{rt.join}" : ''}"
+    end
+    def host_finalizer = proc { $stdout.puts "after stop: #{host_dispositions}"; $stdout.flush }
+    HOST_KEEP = Object.new
+    ObjectSpace.define_finalizer(HOST_KEEP, host_finalizer)
+  RUBY
+
+  PROGRAMS = {
+    "output_and_exit_3" => <<~'RUBY',
+      $stdout.sync = false
+      2000.times { |i| puts "line #{i}" }
+      warn "to stderr"
+      $stderr.print "partial"
+      exit 3
+    RUBY
+    "uncaught_exception" => <<~'RUBY',
+      def fail_here = raise(ArgumentError, "boom in the host")
+      puts "before"
+      fail_here
+    RUBY
+    "abort" => <<~'RUBY',
+      puts "before"
+      abort "fatal: giving up"
+    RUBY
+    "exit_bang" => <<~'RUBY',
+      at_exit { puts "never printed" }
+      puts "before"
+      $stdout.flush
+      exit!(5)
+    RUBY
+    "at_exit_order" => <<~'RUBY',
+      at_exit { puts "registered first, runs last"; exit 7 }
+      at_exit do
+        puts "second"
+        at_exit { puts "nested, runs right after second" }
+      end
+      END { puts "END block" }
+      at_exit { puts "third"; raise "error in at_exit" }
+      at_exit { puts "last registered, runs first" }
+      puts "main done"
+    RUBY
+    "thread_statuses" => <<~'RUBY',
+      Thread.report_on_exception = false
+      q = Queue.new
+      sleeper = Thread.new { q.pop }
+      done = Thread.new { :ok }
+      failed = Thread.new { raise "thread error" }
+      killed = Thread.new { sleep }
+      Thread.pass until sleeper.status == "sleep" && killed.status == "sleep"
+      killed.kill
+      killed.join
+      done.join
+      failed.join rescue puts "join: #{$!.message}"
+      puts [sleeper, done, failed, killed, Thread.main].map(&:status).inspect
+      puts [done.value, Thread.list.size, Thread.main.alive?].inspect
+      q << :go
+      puts sleeper.value.inspect
+      puts Thread.list.size
+    RUBY
+    "child_status" => <<~'RUBY',
+      system("sh", "-c", "exit 4")
+      puts [$?.exitstatus, $?.success?, $?.signaled?].inspect
+      puts `echo from a child`
+      puts [$?.exitstatus, $?.success?].inspect
+      pid = spawn("sh", "-c", "kill -TERM $$")
+      _, st = Process.wait2(pid)
+      puts [st.exitstatus, st.termsig, st.signaled?].inspect
+      puts system("sh", "-c", "exit 0").inspect
+    RUBY
+    "fork" => <<~'RUBY',
+      puts "parent before fork"
+      pid = fork do
+        at_exit { puts "child at_exit" }
+        puts "child runs"
+        exit 2
+      end
+      Process.wait(pid)
+      puts "child status #{$?.exitstatus}"
+      pid = fork { raise "child error" }
+      Process.wait(pid)
+      puts "failed child status #{$?.exitstatus}"
+      pid = fork { exit!(9) }
+      Process.wait(pid)
+      puts "exit! child status #{$?.exitstatus}"
+    RUBY
+    "ractor" => <<~'RUBY',
+      r = Ractor.new { Ractor.receive * 6 }
+      r.send(7)
+      puts r.take
+      rs = 3.times.map { |i| Ractor.new(i) { |x| (1..10_000).sum * x } }
+      puts rs.map(&:take).inspect
+    RUBY
+    "stdin" => <<~'RUBY',
+      first = $stdin.gets
+      rest = $stdin.read
+      puts [first, rest.bytesize, rest.lines.size, rest.sum].inspect
+      puts $stdin.eof?
+    RUBY
+    "signal_traps" => <<~'RUBY',
+      puts "at start: #{host_dispositions(running: true)}"
+      got = Queue.new
+      Signal.trap("USR1") { got << :usr1 }
+      Signal.trap("TERM") { got << :term }
+      Process.kill("USR1", Process.pid)
+      Process.kill("TERM", Process.pid)
+      puts [got.pop, got.pop].sort.inspect
+      puts Signal.trap("USR1", "DEFAULT").class
+      puts Signal.trap("TERM", "IGNORE").class
+      puts "running: #{host_dispositions(running: true)}"
+    RUBY
+    "killed_by_sigterm" => <<~'RUBY',
+      at_exit { puts "at_exit runs" }
+      puts "before"
+      $stdout.flush
+      Process.kill("TERM", Process.pid)
+      sleep 10
+    RUBY
+    "interrupt" => <<~'RUBY',
+      at_exit { puts "at_exit runs" }
+      raise Interrupt
+    RUBY
+    "blocking_calls" => <<~'RUBY',
+      t = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      sleep 0.05
+      puts Process.clock_gettime(Process::CLOCK_MONOTONIC) - t >= 0.05
+      r, w = IO.pipe
+      Thread.new { sleep 0.02; w.write("x" * 10); w.close }
+      puts r.read.inspect
+      puts Queue.new.pop(timeout: 0.03).inspect
+      puts IO.select([r], nil, nil, 0.01).nil?.inspect
+    RUBY
+  }.freeze
+
+  STDIN_DATA = "first line\n" + ("payload " * 20 + "\n") * 2000
+
+  def setup
+    @dir = Dir.mktmpdir("rperf-host")
+  end
+
+  def teardown
+    FileUtils.remove_entry(@dir)
+  end
+
+  # -> [exitstatus, termsig, stdout, stderr]
+  def run_program(name, env)
+    path = File.join(@dir, "#{name}.rb")
+    File.write(path, DISPOSITIONS + PROGRAMS.fetch(name)) unless File.exist?(path)
+    clean = { "RUBYOPT" => nil, "RUBYLIB" => nil }
+    ENV.each_key { |k| clean[k] = nil if k.start_with?("RPERF_") }
+    out, err, st = Open3.capture3(clean.merge(env), RbConfig.ruby, "#{name}.rb",
+                                  stdin_data: name == "stdin" ? STDIN_DATA : "", chdir: @dir)
+    [st.exitstatus, st.termsig, out, err]
+  end
+
+  def profiled_env(backend, mode, output)
+    { "RPERF_ENABLED" => "1", "RUBYOPT" => "-rrperf", "RUBYLIB" => RPERF_BUILD_LIB,
+      "RPERF_FREQUENCY" => "10000", "RPERF_BACKEND" => backend.to_s, "RPERF_MODE" => mode.to_s,
+      "RPERF_OUTPUT" => output, "RPERF_FORMAT" => "collapsed" }
+  end
+
+  def assert_same_behaviour(name)
+    plain = run_program(name, {})
+    RPERF_BACKENDS.each do |backend|
+      RPERF_MODES.each do |mode|
+        output = File.join(@dir, "#{name}-#{backend}-#{mode}.collapsed")
+        profiled = run_program(name, profiled_env(backend, mode, output))
+        %w[exit\ status termsig stdout stderr].each_with_index do |what, i|
+          assert_equal(plain[i], profiled[i], "#{name}: #{what} under #{backend}/#{mode}\n" \
+                                              "plain: #{plain.inspect}\nprofiled: #{profiled.inspect}")
+        end
+        # the profiler did run (and wrote at exit) unless the program ended by exit!
+        assert_equal(name != "exit_bang", File.exist?(output), "#{name}: output under #{backend}/#{mode}")
+      end
+    end
+    plain
+  end
+
+  PROGRAMS.each_key do |name|
+    define_method(:"test_#{name}") { assert_same_behaviour(name) }
+  end
+
+  # The baselines themselves: what the comparisons above rely on.
+  def test_baselines_are_what_the_programs_mean
+    assert_equal([3, nil], run_program("output_and_exit_3", {})[0, 2])
+    st, _, out, err = run_program("uncaught_exception", {})
+    assert_equal([1, "before\n"], [st, out.lines.first])
+    assert_match(/boom in the host \(ArgumentError\)/, err)
+    assert_equal([nil, Signal.list["TERM"]], run_program("killed_by_sigterm", {})[0, 2])
+    assert_equal([nil, Signal.list["INT"]], run_program("interrupt", {})[0, 2])
+    st, _, out, = run_program("at_exit_order", {})
+    assert_equal(7, st)
+    assert_equal(["last registered, runs first", "third", "END block", "second",
+                  "nested, runs right after second", "registered first, runs last"],
+                 out.lines.map(&:chomp).grep_v(/\A(main done|after stop)/))
+    assert_match(/^after stop: SigBlk=\h+ SigIgn=\h+ SigCgt=\h+ INT=/, out)
+    assert_equal([5, "before\n"], run_program("exit_bang", {}).values_at(0, 2), "no at_exit, no finalizer")
+  end
+end

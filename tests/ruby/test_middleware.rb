@@ -1,0 +1,165 @@
+# frozen_string_literal: true
+
+# tests/ruby/test_middleware.rb — Rperf::Middleware (ruby/lib/rperf/middleware.rb):
+# the endpoint label normalises ids in paths (one label set per route, not
+# per URL), label: :raw keeps the path, a callable chooses its own value,
+# bad options are ArgumentErrors naming them, labels are restored after
+# each request, and it works inside Ractor workers (shared or not).
+
+require_relative "helper"
+require "rperf/middleware"
+
+class TestMiddleware < Test::Unit::TestCase
+  include RperfTestHelper
+
+  UUID = "550e8400-e29b-41d4-a716-446655440000"
+
+  def env(path, method = "GET")
+    { "REQUEST_METHOD" => method, "PATH_INFO" => path }
+  end
+
+  # The app records the labels it sees and burns a little CPU so that the
+  # request has samples.
+  def app(seen)
+    lambda do |e|
+      seen << Rperf.labels
+      cpu_spin(0.002)
+      [200, {}, [e["PATH_INFO"]]]
+    end
+  end
+
+  def test_normalize_rules
+    {
+      "/users/123" => "/users/:id",
+      "/users/123/posts/45" => "/users/:id/posts/:id",
+      "/users/123/" => "/users/:id/",
+      "/users/7.json" => "/users/:id.json",
+      "/orders/#{UUID}" => "/orders/:uuid",
+      "/orders/#{UUID.upcase}/items" => "/orders/:uuid/items",
+      "/blobs/da39a3ee5e6b4b0d3255bfef95601890afd80709" => "/blobs/:hex",
+      "/objects/507F1F77BCF86CD799439011" => "/objects/:hex",
+      # unchanged: not a whole id segment, too short, no digit, dates, slugs
+      "/v2/users" => "/v2/users",
+      "/x/12ab" => "/x/12ab",
+      "/c/deadbeefcafebabe" => "/c/deadbeefcafebabe",
+      "/d/2024-06-01" => "/d/2024-06-01",
+      "/posts/hello-world" => "/posts/hello-world",
+      "/" => "/",
+      "" => "",
+    }.each do |path, want|
+      assert_equal(want, Rperf::Middleware.normalize(path), path.inspect)
+    end
+  end
+
+  def test_default_label_normalises_ids
+    seen = []
+    mw = Rperf::Middleware.new(app(seen))
+    data = Rperf.start(frequency: 1000) do
+      200.times { |i| assert_equal([200, {}, ["/users/#{i}"]], mw.call(env("/users/#{i}"))) }
+      mw.call(env("/orders/#{UUID}", "POST"))
+    end
+    assert_equal([{ endpoint: "GET /users/:id" }] * 200 + [{ endpoint: "POST /orders/:uuid" }], seen)
+    endpoints = data[:label_sets].map { |s| s[:endpoint] }.compact.uniq.sort
+    assert_equal(["GET /users/:id", "POST /orders/:uuid"], endpoints,
+                 "200 distinct URLs of one route make one label set")
+    labelled = data[:aggregated_samples].select { |s| data[:label_sets][s[3]][:endpoint] == "GET /users/:id" }
+    assert_not_empty(labelled, rperf_describe(data))
+  end
+
+  def test_raw_label_keeps_path
+    seen = []
+    mw = Rperf::Middleware.new(app(seen), label: :raw)
+    Rperf.start(frequency: 1000) { %w[/users/1 /users/2].each { |p| mw.call(env(p)) } }
+    assert_equal([{ endpoint: "GET /users/1" }, { endpoint: "GET /users/2" }], seen)
+  end
+
+  def test_callable_label_and_label_key
+    seen = []
+    route = ->(e) { e["rperf.route"] }
+    mw = Rperf::Middleware.new(app(seen), label: route, label_key: :route)
+    Rperf.start(frequency: 1000) do
+      mw.call(env("/users/1").merge("rperf.route" => "users#show"))
+      # nil: the request carries no such label (an outer one is removed)
+      Rperf.label(route: "outer") { mw.call(env("/health")) }
+    end
+    assert_equal([{ route: "users#show" }, {}], seen)
+
+    callable = Module.new
+    def callable.call(env) = "#{env['REQUEST_METHOD']} custom"
+    seen.clear
+    mw = Rperf::Middleware.new(app(seen), label: callable)
+    Rperf.start(frequency: 1000) { mw.call(env("/x")) }
+    assert_equal([{ endpoint: "GET custom" }], seen)
+  end
+
+  def test_invalid_options
+    accepted = "label must be :normalized, :raw, or a Proc (or object with #call) taking the Rack env"
+    [:foo, "raw", 42, nil, ->(a, b) { [a, b] }, -> {}].each do |bad|
+      err = assert_raise(ArgumentError) { Rperf::Middleware.new(app([]), label: bad) }
+      assert_equal("#{accepted}, got #{bad.inspect}", err.message)
+    end
+    err = assert_raise(ArgumentError) { Rperf::Middleware.new(app([]), label_key: "endpoint") }
+    assert_equal('label_key must be a Symbol, got "endpoint"', err.message)
+    [proc {}, ->(e) { e }, ->(*a) { a }, method(:env)].each do |ok|
+      assert_nothing_raised(ok.inspect) { Rperf::Middleware.new(app([]), label: ok) }
+    end
+  end
+
+  def test_labels_restored_and_not_running
+    seen = []
+    mw = Rperf::Middleware.new(app(seen))
+    # not running: the app runs, nothing is labelled
+    assert_equal([200, {}, ["/users/5"]], mw.call(env("/users/5")))
+    assert_equal([{}], seen)
+    boom = Rperf::Middleware.new(->(_e) { raise IOError, "app failed" })
+    Rperf.start(frequency: 1000) do
+      Rperf.label(tenant: "a") do
+        mw.call(env("/users/6"))
+        assert_equal({ tenant: "a" }, Rperf.labels)
+        assert_raise_message("app failed") { boom.call(env("/users/7")) }
+        assert_equal({ tenant: "a" }, Rperf.labels, "restored after an exception in the app")
+      end
+    end
+    assert_equal({ tenant: "a", endpoint: "GET /users/:id" }, seen.last)
+  end
+
+  def test_inside_ractor_workers
+    # Built in each worker (any Proc), or built once and shared (a
+    # shareable callable); a Proc that is not shareable cannot be shared.
+    run = run_child(<<~'RUBY', timeout: 120)
+      require "rperf/middleware"
+      module Route
+        def self.call(env) = "route #{env['PATH_INFO'].count('/')}"
+      end
+      module App
+        def self.call(_env) = [200, {}, [Rperf.labels]]
+      end
+      shared_default = Ractor.make_shareable(Rperf::Middleware.new(App))
+      shared_route = Ractor.make_shareable(Rperf::Middleware.new(App, label: Route))
+      # a Proc is shareable when its self is (nil here) and it captures nothing unshareable
+      shareable_proc = Ractor.make_shareable(nil.instance_exec { ->(e) { "proc #{e['PATH_INFO'].size}" } })
+      shared_proc = Ractor.make_shareable(Rperf::Middleware.new(App, label: shareable_proc))
+      isolation = begin
+        Ractor.make_shareable(Rperf::Middleware.new(App, label: ->(e) { e }))
+        "shared"
+      rescue Ractor::IsolationError
+        "refused"
+      end
+      Rperf.start(mode: :cpu, frequency: 1000)
+      rs = 2.times.map do |i|
+        Ractor.new(i, shared_default, shared_route, shared_proc) do |idx, d, r, pr|
+          own = Rperf::Middleware.new(->(_env) { [200, {}, [Rperf.labels]] }, label: ->(e) { "own #{e['PATH_INFO']}" })
+          [d, r, pr, own].map { |mw| mw.call("REQUEST_METHOD" => "GET", "PATH_INFO" => "/users/#{idx}/x")[2][0][:endpoint] }
+        end
+      end
+      got = rs.map(&:take)
+      Rperf.stop
+      child_report(got: got, isolation: isolation)
+    RUBY
+    assert_child_ok(run)
+    assert_equal([["GET /users/:id/x", "route 3", "proc 10", "own /users/0/x"],
+                  ["GET /users/:id/x", "route 3", "proc 10", "own /users/1/x"]],
+                 run.report["got"])
+    assert_equal("refused", run.report["isolation"])
+  end
+end
