@@ -21,4 +21,5 @@ RUBY_FUNC_EXPORTED void Init_rperf(void)
     rperf_rb_labels_init(rperf_rb_mRperf);
     rperf_rb_api_init(rperf_rb_mRperf);
     rperf_rb_exporters_init(rperf_rb_mRperf);
+    rperf_rb_decode_init(rperf_rb_mRperf);
 }
