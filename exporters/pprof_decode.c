@@ -454,9 +454,9 @@ pass_strings(dec_t *d)
         s->len = (size_t)(f.sub.end - f.sub.p);
     }
     if (o->strings.len == 0)
-        return fail(d, -EINVAL, "not a pprof profile: no string table");
+        return fail(d, -EINVAL, "no string table");
     if (VEC_AT(o->strings, rperf_str_t, 0).len != 0)
-        return fail(d, -EINVAL, "not a pprof profile: string_table[0] is not empty");
+        return fail(d, -EINVAL, "string_table[0] is not empty");
     return 0;
 }
 
