@@ -58,4 +58,7 @@ void rperf_rb_signal_check_free(int signo);
 /* export.c (exporters) */
 void rperf_rb_exporters_init(VALUE mRperf);
 
+/* decode.c (the pprof reader: Rperf._decode_pprof) */
+void rperf_rb_decode_init(VALUE mRperf);
+
 #endif

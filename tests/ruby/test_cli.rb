@@ -4,7 +4,8 @@
 # run as a user runs it, from a temporary directory: every usage error (one
 # line, the usage, exit 1, nothing run), help and version, record writing a
 # readable file, stat/exec printing the stats block to stderr, settings
-# reaching the command, and the command's exit status passed on.
+# reaching the command, and the command's exit status passed on; report and
+# diff on files written here, and each of their error cases.
 
 require_relative "helper"
 require "zlib"
@@ -232,6 +233,125 @@ class TestCLI < Test::Unit::TestCase
     _, err, st = rperf("record", "rperf-no-such-command")
     assert_equal(127, st.exitstatus)
     assert_equal("rperf: command not found: rperf-no-such-command\n", err)
+  end
+
+  # ---- report / diff ------------------------------------------------------
+
+  REPORT_DATA = {
+    mode: :cpu, frequency: 1000, duration_ns: 50_000_000,
+    aggregated_samples: [[[["a.rb", "Hot#spin"], ["a.rb", "main"]], 30_000_000, 1, 1],
+                         [[["b.rb", "Cold#wait"], ["a.rb", "main"]], 10_000_000, 2, 0]],
+    label_sets: [{}, { job: "x" }],
+    threads: [{ thread_seq: 1, ractor_id: 1 }, { thread_seq: 2, ractor_id: 1 }],
+  }.freeze
+
+  def write_profile(name, data = REPORT_DATA)
+    Rperf.save(File.join(@dir, name), data)
+    name
+  end
+
+  # A data error: one line naming the file, no usage, exit 1.
+  def assert_report_error(args, message)
+    out, err, st = rperf(*args)
+    assert_equal(1, st.exitstatus, "#{args.inspect}: #{err}")
+    assert_equal("", out)
+    assert_equal(1, err.lines.size, "#{args.inspect}: one line, no usage\n#{err}")
+    assert_match(message, err, args.inspect)
+  end
+
+  # A usage error of report/diff: the message, a blank line, the subcommand's usage.
+  def assert_report_usage_error(args, message)
+    out, err, st = rperf(*args)
+    assert_equal(1, st.exitstatus, "#{args.inspect}: #{err}")
+    assert_equal("", out)
+    assert_match(message, err.lines[0], args.inspect)
+    assert_equal("\n", err.lines[1], args.inspect)
+    assert_match(/\AUsage: rperf #{args[0]} \[options\]/, err.lines[2], args.inspect)
+  end
+
+  def test_report_and_diff
+    write_profile("p.pb.gz")
+    out, err, st = rperf("report", "p.pb.gz")
+    assert_equal(0, st.exitstatus, err)
+    assert_match(/^Showing top 3 of 3 functions/, out)
+    assert_match(/^\s+30ms\s+75\.00%\s+75\.00%\s+30ms\s+75\.00%\s+Hot#spin \(a\.rb\)$/, out)
+    # --top N before or after the file; --top FILE is --top alone
+    [%w[report --top 1 p.pb.gz], %w[report p.pb.gz --top 1], %w[report --top=1 p.pb.gz]].each do |args|
+      out, err, st = rperf(*args)
+      assert_equal(0, st.exitstatus, err)
+      assert_match(/^Showing top 1 of 3 functions/, out, args.inspect)
+    end
+    out, _, st = rperf("report", "--top", "p.pb.gz")
+    assert_equal([0, true], [st.exitstatus, out.include?("Showing top 3 of 3")])
+    out, _, st = rperf("report", "--thread", "2", "--label", "ractor=1", "p.pb.gz")
+    assert_equal(0, st.exitstatus)
+    assert_match(/^Filters: --thread 2 --label ractor=1$/, out)
+    assert_match(/Cold#wait/, out)
+    refute_match(/Hot#spin/, out)
+    out, _, = rperf("report", "--label", "job=x", "--ignore", "^Hot", "p.pb.gz")
+    assert_match(/^No samples match the filters\.$/, out)
+    out, _, st = rperf("report", "--text", "p.pb.gz")
+    assert_equal(0, st.exitstatus)
+    assert_match(/\ATotal: 40\.0ms \(cpu\)\n/, out)
+    assert_match(/^ Flat:\n\s+30\.0 ms  75\.0%  Hot#spin \(a\.rb\)$/, out)
+    # report reads rperf.data by default
+    FileUtils.cp(File.join(@dir, "p.pb.gz"), File.join(@dir, "rperf.data"))
+    out, _, st = rperf("report")
+    assert_equal([0, "File: rperf.data\n"], [st.exitstatus, out.lines[0]])
+
+    slower = REPORT_DATA.merge(aggregated_samples: [REPORT_DATA[:aggregated_samples][0],
+                                                    [REPORT_DATA[:aggregated_samples][1][0], 25_000_000, 2, 0]])
+    write_profile("q.json", slower)
+    out, err, st = rperf("diff", "p.pb.gz", "q.json")
+    assert_equal(0, st.exitstatus, err)
+    assert_match(/^Change: \+15ms \(\+37\.50%\)$/, out)
+    assert_match(/^\s+\+15ms\s+\+15ms\s+10ms\s+25ms\s+Cold#wait \(b\.rb\)$/, out)
+  end
+
+  def test_report_errors
+    write_profile("p.pb.gz")
+    File.write(File.join(@dir, "garbage.pb.gz"), "not a profile at all\n")
+    assert_report_error(%w[report missing.pb.gz], /\Arperf: missing\.pb\.gz: no such file$/)
+    assert_report_error(%w[report], /\Arperf: rperf\.data: no such file$/)
+    assert_report_error(%w[report garbage.pb.gz], /\Arperf: garbage\.pb\.gz: not a readable pprof profile: /)
+    assert_report_error(%w[diff p.pb.gz garbage.pb.gz], /\Arperf: garbage\.pb\.gz: not a readable pprof/)
+    File.write(File.join(@dir, "unreadable.pb.gz"), "x")
+    File.chmod(0, File.join(@dir, "unreadable.pb.gz"))
+    unless Process.uid.zero? # root reads it anyway
+      assert_report_error(%w[report unreadable.pb.gz], /\Arperf: unreadable\.pb\.gz: cannot read: /)
+    end
+    %w[report diff].each do |sub|
+      assert_report_usage_error([sub, "--bogus", "p.pb.gz", "p.pb.gz"], /\Arperf: invalid option: --bogus$/)
+      assert_report_usage_error([sub, "--focus", "(", "p.pb.gz", "p.pb.gz"],
+                                /\Arperf: invalid --focus regex "\(": end pattern with unmatched parenthesis/)
+      assert_report_usage_error([sub, "--ignore", "[", "p.pb.gz", "p.pb.gz"], /\Arperf: invalid --ignore regex "\["/)
+      assert_report_usage_error([sub, "--top", "0", "p.pb.gz", "p.pb.gz"],
+                                /\Arperf: --top must be a positive integer, got 0$/)
+      assert_report_usage_error([sub, "--top=-2", "p.pb.gz", "p.pb.gz"], /--top must be a positive integer, got -2$/)
+      assert_report_usage_error([sub, "--thread", "x", "p.pb.gz", "p.pb.gz"],
+                                /\Arperf: --thread must be a positive thread number, got "x"$/)
+      assert_report_usage_error([sub, "--label", "novalue", "p.pb.gz", "p.pb.gz"],
+                                /\Arperf: --label must be KEY=VALUE, got "novalue"$/)
+    end
+    assert_report_usage_error(%w[diff p.pb.gz], /\Arperf: two profile files required \(BASE TARGET\), got 1$/)
+    assert_report_usage_error(%w[diff], /two profile files required \(BASE TARGET\), got 0$/)
+    assert_report_usage_error(%w[report p.pb.gz p.pb.gz], /\Arperf: report reads one file, got 2/)
+    assert_report_usage_error(%w[report --text --top 3 p.pb.gz], /--top and --text cannot be combined/)
+    assert_report_usage_error(%w[diff --text p.pb.gz p.pb.gz], /invalid option: --text/)
+  end
+
+  def test_report_help
+    %w[report diff].each do |sub|
+      [[sub, "-h"], ["help", sub]].each do |args|
+        out, err, st = rperf(*args)
+        assert_equal(0, st.exitstatus, err)
+        assert_match(/\AUsage: rperf #{sub} \[options\]/, out)
+        %w[--top --focus --ignore --thread --label].each { |o| assert_match(/#{o}\b/, out, "#{args.inspect}: #{o}") }
+      end
+    end
+    out, = rperf("-h")
+    assert_match(/^\s+report\s/, out)
+    assert_match(/^\s+diff\s/, out)
   end
 
   def test_non_ruby_command_runs_unchanged

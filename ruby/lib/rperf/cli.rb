@@ -1,14 +1,17 @@
 # frozen_string_literal: true
 
-# rperf/cli.rb — the `rperf` command (exe/rperf): record, stat, exec, help.
+# rperf/cli.rb — the `rperf` command (exe/rperf): record, stat, exec,
+# report, diff, help.
 #
-# The CLI never profiles itself. It validates the options, then runs the
+# record/stat/exec: the CLI never profiles itself. It validates the options, then runs the
 # command with `RUBYOPT=-rrperf`, the library on `RUBYLIB` and the settings in
 # `RPERF_*` variables, so that every Ruby started by the command profiles
 # itself through the library's environment auto-start (ruby/lib/rperf.rb).
 # It waits for the command and exits with its status (a command killed by a
-# signal kills the CLI with the same signal). Every usage error is one line
-# on stderr plus the usage text, exit status 1. docs/cli.md lists every
+# signal kills the CLI with the same signal). report/diff read profile files
+# in-process through Rperf::Report (ruby/lib/rperf/report.rb; no Go): a
+# file that cannot be read is one line `rperf: <file>: <why>`, exit status 1.
+# Every usage error is one line on stderr plus the usage text, exit status 1. docs/cli.md lists every
 # option; ruby/lib/rperf/help.md is the manual `rperf help` prints.
 
 require "fileutils"
@@ -33,11 +36,15 @@ module Rperf
 
     USAGE = <<~TEXT
       Usage: rperf <subcommand> [options] command [args...]
+             rperf report [options] [FILE]
+             rperf diff [options] BASE TARGET
 
       Subcommands:
         record   profile a command, write a profile file (default rperf.data, pprof)
         stat     run a command, print performance stats to stderr at its exit
         exec     stat with the flat and cumulative tables always
+        report   print a profile file's top functions (pprof or rperf JSON; no Go needed)
+        diff     print the per-function change between two profile files
         help     print the manual
 
       Options:
@@ -58,6 +65,11 @@ module Rperf
 
     Settings = Struct.new(:subcommand, :output, :frequency, :mode, :format, :print, :signal,
                           :backend, :aggregate, :verbose, :report)
+    # report/diff: view :top or :text, rows, filters.
+    ReportSettings = Struct.new(:subcommand, :view, :top, :focus, :ignore, :threads, :labels)
+    REPORT_SUBCOMMANDS = %w[report diff].freeze
+    DEFAULT_TOP = 50
+    DEFAULT_REPORT_FILE = "rperf.data"
 
     def initialize(out: $stdout, err: $stderr)
       @out = out
@@ -77,6 +89,11 @@ module Rperf
         return 0 if settings.nil? # -h
 
         return run_command(settings, args)
+      when "report", "diff"
+        settings = parse_report(sub, args)
+        return 0 if settings.nil? # -h
+
+        return run_report(settings, args)
       else
         raise UsageError, "unknown subcommand #{sub.inspect}"
       end
@@ -84,7 +101,7 @@ module Rperf
     rescue UsageError => e
       @err.puts "rperf: #{e.message}"
       @err.puts
-      @err.print e.subcommand ? parser(e.subcommand, Settings.new).help : USAGE
+      @err.print e.subcommand ? parser(e.subcommand).help : USAGE
       1
     end
 
@@ -93,8 +110,8 @@ module Rperf
     def help(args)
       case (topic = args.first)
       when nil then @out.print File.read(MANUAL, encoding: "UTF-8")
-      when "record", "stat", "exec" then @out.print parser(topic, Settings.new).help
-      else raise UsageError, "no help for #{topic.inspect} (topics: record, stat, exec)"
+      when "record", "stat", "exec", *REPORT_SUBCOMMANDS then @out.print parser(topic).help
+      else raise UsageError, "no help for #{topic.inspect} (topics: record, stat, exec, report, diff)"
       end
     end
 
@@ -102,17 +119,7 @@ module Rperf
     def parse(sub, args)
       s = Settings.new(sub, nil, 1000, sub == "record" ? "cpu" : "wall", nil, false, nil, nil, true,
                        false, sub == "exec")
-      wants_help = false
-      op = parser(sub, s) { wants_help = true }
-      begin
-        op.order!(args)
-      rescue OptionParser::ParseError => e
-        raise UsageError.new(e.message, sub)
-      end
-      if wants_help
-        @out.print op.help
-        return nil
-      end
+      return nil if parse_options(sub, s, args, :order!)
       raise UsageError.new("no command specified", sub) if args.empty?
       raise UsageError.new("-p/--print and -o/--output cannot be combined", sub) if s.print && s.output
 
@@ -120,7 +127,24 @@ module Rperf
       s
     end
 
-    def parser(sub, s, &on_help)
+    # Parse `args` in place with the subcommand's parser (`how`: :order! or
+    # :permute!). Returns true after -h (the help is printed).
+    def parse_options(sub, s, args, how)
+      wants_help = false
+      op = parser(sub, s) { wants_help = true }
+      begin
+        op.public_send(how, args)
+      rescue OptionParser::ParseError => e
+        raise UsageError.new(e.message, sub)
+      end
+      @out.print op.help if wants_help
+      wants_help
+    end
+
+    def parser(sub, s = nil, &on_help)
+      return report_parser(sub, s || ReportSettings.new, &on_help) if REPORT_SUBCOMMANDS.include?(sub)
+
+      s ||= Settings.new
       OptionParser.new do |op|
         op.banner = "Usage: rperf #{sub} [options] command [args...]"
         op.separator ""
@@ -151,6 +175,133 @@ module Rperf
         op.on("-v", "--verbose", "print sampling statistics and the top frames to stderr") { s.verbose = true }
         op.on("-h", "--help", "this help") { on_help&.call }
       end
+    end
+
+    # ---- report / diff ----------------------------------------------------
+
+    # -> ReportSettings, or nil after -h; raises UsageError. Leaves the files
+    # in args. Options may come before or after the files.
+    def parse_report(sub, args)
+      s = ReportSettings.new(sub, :top, nil, nil, nil, [], {})
+      args.replace(join_top_count(args))
+      return nil if parse_options(sub, s, args, :permute!)
+
+      validate_report(s, args)
+      s
+    end
+
+    # `--top N` takes N only when N is a number (`--top FILE` is --top alone):
+    # it becomes `--top=N` for OptionParser.
+    def join_top_count(args)
+      out = []
+      i = 0
+      while i < args.size
+        if args[i] == "--top" && args[i + 1]&.match?(/\A[-+]?\d+\z/)
+          out << "--top=#{args[i + 1]}"
+          i += 2
+        else
+          out << args[i]
+          i += 1
+        end
+      end
+      out
+    end
+
+    def report_parser(sub, s, &on_help)
+      OptionParser.new do |op|
+        if sub == "report"
+          op.banner = "Usage: rperf report [options] [FILE]"
+          op.separator ""
+          op.separator "Print the top functions of a profile file (default #{DEFAULT_REPORT_FILE}): pprof " \
+                       "(.pb.gz, .pb; ours or Go's) or rperf's speedscope JSON. No Go needed."
+        else
+          op.banner = "Usage: rperf diff [options] BASE TARGET"
+          op.separator ""
+          op.separator "Print each function's change in flat and cumulative time from BASE to TARGET, " \
+                       "largest change first."
+        end
+        op.separator ""
+        op.separator "Options:"
+        op.on("--top[=N]", "show the top N functions (default #{DEFAULT_TOP}); `--top N` works too") do |v|
+          s.top = v || DEFAULT_TOP.to_s
+        end
+        if sub == "report"
+          op.on("--text", "rperf's flat and cumulative tables (as record -p prints)") { s.view = :text }
+          # issue 11 item 4: `--html` sets s.view = :html; run_report then writes
+          # Rperf::Report.export(profile, :html) (the HTML exporter).
+        end
+        op.on("--focus REGEX", "only samples through a function whose name or file matches") do |v|
+          s.focus = report_regexp("--focus", v, sub)
+        end
+        op.on("--ignore REGEX", "drop samples through a function whose name or file matches") do |v|
+          s.ignore = report_regexp("--ignore", v, sub)
+        end
+        op.on("--thread SEQ", "only samples of thread SEQ (the thread_seq label; repeatable)") do |v|
+          seq = Integer(v, 10, exception: false)
+          raise UsageError.new("--thread must be a positive thread number, got #{v.inspect}", sub) unless seq&.positive?
+
+          s.threads << seq
+        end
+        op.on("--label KEY=VALUE", "only samples with this label (repeatable; also thread_seq=N, ractor=N)") do |v|
+          key, value = v.split("=", 2)
+          raise UsageError.new("--label must be KEY=VALUE, got #{v.inspect}", sub) if key.to_s.empty? || value.nil?
+
+          s.labels[utf8(key)] = utf8(value)
+        end
+        op.on("-h", "--help", "this help") { on_help&.call }
+      end
+    end
+
+    def utf8(str)
+      str.dup.force_encoding(Encoding::UTF_8)
+    end
+
+    def report_regexp(opt, source, sub)
+      Regexp.new(utf8(source))
+    rescue RegexpError => e
+      raise UsageError.new("invalid #{opt} regex #{source.inspect}: #{e.message}", sub)
+    end
+
+    def validate_report(s, files)
+      sub = s.subcommand
+      if s.top
+        n = Integer(s.top, 10, exception: false)
+        raise UsageError.new("--top must be a positive integer, got #{s.top}", sub) unless n&.positive?
+
+        s.top = n
+      end
+      if s.view == :text && s.top
+        raise UsageError.new("--top and --text cannot be combined (--text prints rperf's own tables)", sub)
+      end
+      if sub == "report"
+        files << DEFAULT_REPORT_FILE if files.empty?
+        raise UsageError.new("report reads one file, got #{files.size}: #{files.join(' ')}", sub) if files.size > 1
+      elsif files.size != 2
+        raise UsageError.new("two profile files required (BASE TARGET), got #{files.size}", sub)
+      end
+    end
+
+    def run_report(s, files)
+      library
+      require "rperf/report"
+      profiles = files.map do |f|
+        Rperf::Report.filter(Rperf::Report.load(f), focus: s.focus, ignore: s.ignore, threads: s.threads,
+                                                    labels: s.labels)
+      end
+      limit = s.top || DEFAULT_TOP
+      @out.write(
+        if s.subcommand == "diff"
+          Rperf::Report.diff(*profiles, limit: limit)
+        elsif s.view == :text
+          Rperf::Report.export(profiles[0], :text)
+        else
+          Rperf::Report.top(profiles[0], limit: limit)
+        end
+      )
+      0
+    rescue Rperf::Report::Error => e
+      @err.puts "rperf: #{e.message}"
+      1
     end
 
     def validate(s)
