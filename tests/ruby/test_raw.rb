@@ -8,7 +8,8 @@ class TestRaw < Test::Unit::TestCase
   RAW_REFERENCE_KEYS = %i[mode frequency trigger_count sampling_count sampling_time_ns
                           detected_thread_count start_time_ns duration_ns raw_samples
                           aggregated_samples].freeze
-  NEW_KEYS = %i[backend dropped_samples profiler_memory_bytes allocator threads].freeze
+  NEW_KEYS = %i[backend dropped_samples profiler_memory_bytes allocator threads
+                label_sets_overflowed].freeze
 
   def raw_run(backend, mode, &blk)
     Rperf.start(frequency: 1000, mode: mode, backend: backend, aggregate: false, &blk)
