@@ -636,46 +636,7 @@ put_i64(html_state_t *st, int64_t v)
 static int
 put_str(html_state_t *st, const char *p, size_t n)
 {
-    static const char hex[] = "0123456789abcdef";
-    if (n == 0)
-        return put_raw(st, "\"\"", 2); /* (p may be NULL) */
-    size_t len;
-    const char *s = rperf__utf8_sanitize(p, n, &st->scratch, &len);
-    if (!s)
-        return -ENOMEM;
-    int rc = rperf__buf_reserve(&st->out, len * 6 + 2);
-    if (rc)
-        return rc;
-    unsigned char *d = st->out.data + st->out.len;
-    *d++ = '"';
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)s[i];
-        unsigned code;
-        if (c == '"' || c == '\\') {
-            *d++ = '\\';
-            *d++ = c;
-            continue;
-        }
-        if (c == 0xe2 && i + 2 < len && (unsigned char)s[i + 1] == 0x80 &&
-            ((unsigned char)s[i + 2] == 0xa8 || (unsigned char)s[i + 2] == 0xa9)) {
-            code = (unsigned char)s[i + 2] == 0xa8 ? 0x2028 : 0x2029; /* JS line terminators */
-            i += 2;
-        } else if (c < 0x20 || c == '<' || c == '>' || c == '&') {
-            code = c;
-        } else {
-            *d++ = c;
-            continue;
-        }
-        *d++ = '\\';
-        *d++ = 'u';
-        *d++ = (unsigned char)hex[(code >> 12) & 15];
-        *d++ = (unsigned char)hex[(code >> 8) & 15];
-        *d++ = (unsigned char)hex[(code >> 4) & 15];
-        *d++ = (unsigned char)hex[code & 15];
-    }
-    *d++ = '"';
-    st->out.len = (size_t)(d - st->out.data);
-    return 0;
+    return rperf__json_str(&st->out, &st->scratch, p, n, RPERF__JSON_HTML_SAFE);
 }
 
 static int

@@ -102,9 +102,9 @@ RPERF_TEST(html_golden_data)
         "\"frames\":[[\"Object#main\",\"app.rb\",1],[\"Foo#bar\",\"app.rb\",10],"
         "[\"Integer#times\",\"\\u003cinternal:numeric\\u003e\",0],"
         "[\"[GC marking]\",\"\\u003cGC\\u003e\",0],"
-        "[\"bad\xef\xbf\xbd;na me\\u000a\",\"we\xef\xbf\xbdird.rb\",7],"
+        "[\"bad\xef\xbf\xbd;na me\\n\",\"we\xef\xbf\xbdird.rb\",7],"
         "[\"(unknown)\",\"\\u003cC method\\u003e\",0]],"
-        "\"threads\":[[1,1,\"main\",1234],[2,2,\"wor\\u0009ker\",1235]],"
+        "\"threads\":[[1,1,\"main\",1234],[2,2,\"wor\\tker\",1235]],"
         "\"label_sets\":[[],[[\"endpoint\",\"GET /users\"]],[[\"k\xef\xbf\xbd\",\"v\xef\xbf\xbd\"]]],"
         /* nodes 1..6: main, bar (under main), times (under bar), GC (under
          * bar), "" (under main), bad (under "") */
