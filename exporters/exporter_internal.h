@@ -129,6 +129,15 @@ const char *rperf__utf8_sanitize(const char *p, size_t n, rperf__buf_t *scratch,
 int rperf__text_clean(rperf__buf_t *out, rperf__buf_t *scratch, rperf_str_t s, unsigned flags,
                       const char *if_empty);
 
+/* A JSON string literal with its quotes, appended to `out`: invalid UTF-8
+ * -> U+FFFD (via `scratch`), '"' and '\\' escaped, control characters as
+ * \n \r \t or \u00XX. RPERF__JSON_HTML_SAFE also writes '<', '>', '&',
+ * U+2028 and U+2029 as \uXXXX, so the literal can sit inside an HTML
+ * <script> element (html.c). `p` may be NULL when n == 0. 0 or -ENOMEM. */
+#define RPERF__JSON_HTML_SAFE (1u << 0)
+int rperf__json_str(rperf__buf_t *out, rperf__buf_t *scratch, const char *p, size_t n,
+                    unsigned flags);
+
 /* ---- threads ---- */
 /* The view's thread entry for thread_seq, or NULL. Linear-time setup is
  * done by rperf__threads_index(); lookups are O(log n). */

@@ -74,41 +74,7 @@ put_u64(json_state_t *st, uint64_t v)
 static int
 put_str(json_state_t *st, const char *p, size_t n)
 {
-    static const char hex[] = "0123456789abcdef";
-    size_t len;
-    const char *s = rperf__utf8_sanitize(p, n, &st->scratch, &len);
-    if (!s)
-        return -ENOMEM;
-    int rc = rperf__buf_reserve(&st->out, len * 6 + 2);
-    if (rc)
-        return rc;
-    unsigned char *d = st->out.data + st->out.len;
-    *d++ = '"';
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\') {
-            *d++ = '\\';
-            *d++ = c;
-        } else if (c < 0x20) {
-            *d++ = '\\';
-            switch (c) {
-            case '\n': *d++ = 'n'; break;
-            case '\r': *d++ = 'r'; break;
-            case '\t': *d++ = 't'; break;
-            default:
-                *d++ = 'u';
-                *d++ = '0';
-                *d++ = '0';
-                *d++ = (unsigned char)hex[c >> 4];
-                *d++ = (unsigned char)hex[c & 15];
-            }
-        } else {
-            *d++ = c;
-        }
-    }
-    *d++ = '"';
-    st->out.len = (size_t)(d - st->out.data);
-    return 0;
+    return rperf__json_str(&st->out, &st->scratch, p, n, 0);
 }
 
 static int

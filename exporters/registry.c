@@ -27,7 +27,8 @@
     X(collapsed)                   \
     X(json)                        \
     X(text)                        \
-    X(threads) /* the example exporter (docs/exporters.md) */
+    X(threads) /* the example exporter (docs/exporters.md) */ \
+    X(html)
 
 #define RPERF_DECLARE_EXPORTER(name) extern const rperf_exporter_ops_t rperf_exporter_##name;
 RPERF_BUILTIN_EXPORTERS(RPERF_DECLARE_EXPORTER)

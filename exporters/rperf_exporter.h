@@ -90,6 +90,7 @@ typedef struct rperf_profile_view {
 
     rperf_str_t rperf_version;    /* e.g. "0.7.0" */
     rperf_str_t ruby_description; /* RUBY_DESCRIPTION; may be empty */
+    rperf_str_t backend;          /* timer backend ("signal", "nanosleep"); may be empty */
 } rperf_profile_view_t;
 
 /* ---- Writer ------------------------------------------------------------- */

@@ -427,6 +427,57 @@ rperf__utf8_sanitize(const char *p, size_t n, rperf__buf_t *scratch, size_t *out
 }
 
 int
+rperf__json_str(rperf__buf_t *out, rperf__buf_t *scratch, const char *p, size_t n, unsigned flags)
+{
+    static const char hex[] = "0123456789abcdef";
+    if (n == 0)
+        return rperf__buf_append(out, "\"\"", 2);
+    size_t len;
+    const char *s = rperf__utf8_sanitize(p, n, scratch, &len);
+    if (!s)
+        return -ENOMEM;
+    int rc = rperf__buf_reserve(out, len * 6 + 2);
+    if (rc)
+        return rc;
+    int html = (flags & RPERF__JSON_HTML_SAFE) != 0;
+    unsigned char *d = out->data + out->len;
+    *d++ = '"';
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        unsigned code;
+        if (c == '"' || c == '\\') {
+            *d++ = '\\';
+            *d++ = c;
+            continue;
+        }
+        if (c == '\n' || c == '\r' || c == '\t') {
+            *d++ = '\\';
+            *d++ = c == '\n' ? 'n' : c == '\r' ? 'r' : 't';
+            continue;
+        }
+        if (html && c == 0xe2 && i + 2 < len && (unsigned char)s[i + 1] == 0x80 &&
+            ((unsigned char)s[i + 2] == 0xa8 || (unsigned char)s[i + 2] == 0xa9)) {
+            code = (unsigned char)s[i + 2] == 0xa8 ? 0x2028 : 0x2029; /* JS line terminators */
+            i += 2;
+        } else if (c < 0x20 || (html && (c == '<' || c == '>' || c == '&'))) {
+            code = c;
+        } else {
+            *d++ = c;
+            continue;
+        }
+        *d++ = '\\';
+        *d++ = 'u';
+        *d++ = (unsigned char)hex[(code >> 12) & 15];
+        *d++ = (unsigned char)hex[(code >> 8) & 15];
+        *d++ = (unsigned char)hex[(code >> 4) & 15];
+        *d++ = (unsigned char)hex[code & 15];
+    }
+    *d++ = '"';
+    out->len = (size_t)(d - out->data);
+    return 0;
+}
+
+int
 rperf__text_clean(rperf__buf_t *out, rperf__buf_t *scratch, rperf_str_t s, unsigned flags,
                   const char *if_empty)
 {

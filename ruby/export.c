@@ -85,7 +85,7 @@ typedef struct frame_meta {
 static ID id_to_s;
 static VALUE sym_mode, sym_frequency, sym_start_time_ns, sym_duration_ns, sym_sampling_count,
     sym_aggregated_samples, sym_label_sets, sym_threads, sym_cpu, sym_wall, sym_thread_seq,
-    sym_ractor_id, sym_name, sym_native_tid, sym_top_n, sym_header;
+    sym_ractor_id, sym_name, sym_native_tid, sym_top_n, sym_header, sym_backend;
 
 static void
 conv_free(conv_t *c)
@@ -219,6 +219,11 @@ convert_meta(conv_t *c, VALUE data)
     v->sampling_count = opt_int(data, sym_sampling_count, ":sampling_count", &present);
     if (present)
         v->flags |= RPERF_VIEW_HAS_SAMPLING_COUNT;
+    VALUE backend = rb_hash_lookup2(data, sym_backend, Qnil); /* Symbol at stop; String from JSON */
+    if (SYMBOL_P(backend))
+        backend = rb_sym2str(backend);
+    if (RB_TYPE_P(backend, T_STRING))
+        v->backend = arena_str(c, backend);
 }
 
 typedef struct {
@@ -925,6 +930,7 @@ rperf_rb_exporters_init(VALUE mRperf)
     SYM(sym_start_time_ns, "start_time_ns");
     SYM(sym_duration_ns, "duration_ns");
     SYM(sym_sampling_count, "sampling_count");
+    SYM(sym_backend, "backend");
     SYM(sym_aggregated_samples, "aggregated_samples");
     SYM(sym_label_sets, "label_sets");
     SYM(sym_threads, "threads");
