@@ -283,6 +283,14 @@ class TestCLI < Test::Unit::TestCase
     end
     out, _, st = rperf("report", "--top", "p.pb.gz")
     assert_equal([0, true], [st.exitstatus, out.include?("Showing top 3 of 3")])
+    # --html / --flame: the self-contained flame graph page on stdout
+    %w[--html --flame].each do |opt|
+      out, err, st = rperf("report", opt, "p.pb.gz")
+      assert_equal(0, st.exitstatus, err)
+      assert_match(/\A<!DOCTYPE html>/i, out, opt)
+      assert_include(out, "Hot#spin", opt)
+      refute_match(%r{https?://}, out, "no network reference (#{opt})")
+    end
     out, _, st = rperf("report", "--thread", "2", "--label", "ractor=1", "p.pb.gz")
     assert_equal(0, st.exitstatus)
     assert_match(/^Filters: --thread 2 --label ractor=1$/, out)

@@ -227,8 +227,7 @@ module Rperf
         end
         if sub == "report"
           op.on("--text", "rperf's flat and cumulative tables (as record -p prints)") { s.view = :text }
-          # issue 11 item 4: `--html` sets s.view = :html; run_report then writes
-          # Rperf::Report.export(profile, :html) (the HTML exporter).
+          op.on("--html", "--flame", "a self-contained HTML flame graph on stdout (e.g. > p.html)") { s.view = :html }
         end
         op.on("--focus REGEX", "only samples through a function whose name or file matches") do |v|
           s.focus = report_regexp("--focus", v, sub)
@@ -270,8 +269,8 @@ module Rperf
 
         s.top = n
       end
-      if s.view == :text && s.top
-        raise UsageError.new("--top and --text cannot be combined (--text prints rperf's own tables)", sub)
+      if s.view != :top && s.top
+        raise UsageError.new("--top and --#{s.view} cannot be combined", sub)
       end
       if sub == "report"
         files << DEFAULT_REPORT_FILE if files.empty?
@@ -292,8 +291,8 @@ module Rperf
       @out.write(
         if s.subcommand == "diff"
           Rperf::Report.diff(*profiles, limit: limit)
-        elsif s.view == :text
-          Rperf::Report.export(profiles[0], :text)
+        elsif s.view != :top
+          Rperf::Report.export(profiles[0], s.view)
         else
           Rperf::Report.top(profiles[0], limit: limit)
         end
