@@ -12,7 +12,7 @@
  * ticks, jobs and the worker if a run was started even later; no tick ever
  * reaches a VM being destroyed.
  *
- * Context: GVL held (Ruby method calls; _c_running? from any Ractor), except profiler_mark, which runs inside GC
+ * Context: GVL held (Ruby method calls; running? from any Ractor), except profiler_mark, which runs inside GC
  * (GVL held, no allocation, lock-free), and vm_teardown (VM destruction, no
  * Ruby API).
  */
@@ -204,9 +204,21 @@ static VALUE build_snapshot(VALUE unused)
     return rperf_rb_build_result(false);
 }
 
-static VALUE c_snapshot(VALUE self, VALUE clear)
+/* Rperf.snapshot(clear: false) -> the aggregated data so far (nil when not
+ * running); profiling goes on. A C method: a tracer sees only this call. */
+static VALUE c_snapshot(int argc, VALUE *argv, VALUE self)
 {
     (void)self;
+    VALUE opts = Qnil, clear = Qfalse;
+    rb_scan_args(argc, argv, ":", &opts);
+    if (!NIL_P(opts)) {
+        static ID kw[1];
+        if (!kw[0]) kw[0] = rb_intern("clear");
+        VALUE vals[1];
+        rb_get_kwargs(opts, kw, 0, 1, vals);
+        if (vals[0] != Qundef) clear = RTEST(vals[0]) ? Qtrue : Qfalse;
+    }
+    require_main_ractor("snapshot");
     fork_reset_if_needed();
     if (!rperf_engine_running()) return Qnil;
     if (!rperf_engine_config()->aggregate)
@@ -254,8 +266,8 @@ void rperf_rb_api_init(VALUE m)
     ruby_vm_at_exit(vm_teardown);
     rb_define_module_function(m, "_c_start", c_start, -1);
     rb_define_module_function(m, "stop", rb_stop, 0);
-    rb_define_module_function(m, "_c_snapshot", c_snapshot, 1);
-    rb_define_module_function(m, "_c_running?", c_running_p, 0);
+    rb_define_module_function(m, "snapshot", c_snapshot, -1);
+    rb_define_module_function(m, "running?", c_running_p, 0);
     rb_define_module_function(m, "_c_backends", c_backends, 0);
     rb_define_module_function(m, "_c_after_fork_child", c_after_fork_child, 0);
     rb_define_const(m, "DEFAULT_RING_SLOTS", INT2NUM(RPERF_DEFAULT_RING_SLOTS));

@@ -7,14 +7,16 @@
  *   max_label_sets:, default 65,536). Past it, applications fold into one
  *   overflow set {rperf_label_overflow: true}, counted; never an exception.
  * - Release at snapshot(clear: true): sets no live thread is labelled with
- *   leave the index and are quarantined for one window (samples pushed
- *   before the clear and aggregated after it still find their Hash); at the
- *   next clear they are freed (Hash unpinned, key bytes freed, id reusable).
+ *   are quarantined for one window (samples pushed before the clear and
+ *   aggregated after it still find their Hash; a label applied again finds
+ *   and revives the same id); at the next clear the ones still unused are
+ *   freed (Hash unpinned, key bytes freed, id reusable).
  * - Tokens: Ruby code holds (entry epoch << 32 | id). An entry's epoch is
  *   the table's epoch when the id was (re)assigned, and the table's epoch
  *   moves at every start and clear, so a token whose id was freed and given
  *   to another set, or a token of an earlier run, reads as the empty set.
- * - Minor GCs: sets below a cursor are known old and not marked again.
+ * - Minor GCs: only sets made since they were last seen old are marked
+ *   (a list of young ids), so a minor GC costs what changed.
  *
  * Locking: one mutex (`mu`) over the index, the key bytes, the states and
  * the free lists, taken only around C work (no Ruby call, no Ruby
@@ -64,7 +66,9 @@ static uint32_t cap = RPERF_LABEL_CAP_DEFAULT;
 static uint32_t window_new;                  /* sets interned this window */
 static _Atomic uint64_t overflowed;          /* applications folded */
 static uint32_t overflow_id;                 /* 0 = not interned yet */
-static uint32_t young_from = 1;              /* marker cursor (see mark) */
+static uint32_t *young_ids;                  /* ids whose Hash may be young */
+static size_t n_young, young_cap;
+static bool young_lost;                      /* out of memory: mark all */
 static VALUE overflow_set;
 
 void rperf_rb_ltab_lock(void) { pthread_mutex_lock(&mu); }
@@ -112,19 +116,23 @@ static int index_rebuild(size_t live)
     index_cap = c;
     uint32_t n = atomic_load_explicit(&count, memory_order_relaxed);
     for (uint32_t id = 1; id < n; id++)
-        if (entries[id].state == ST_LIVE) index_insert(id);
+        if (entries[id].state != ST_FREE) index_insert(id);
     return 0;
 }
 
-static size_t live_count;    /* under mu: LIVE entries */
+static size_t live_count;    /* under mu: entries in the index (LIVE or QUAR) */
 
+/* A set about to be used: found by its bytes (a quarantined one is revived,
+ * keeping its id), or -1. */
 int64_t rperf_rb_ltab_find_locked(const char *bytes, size_t len, uint64_t h)
 {
     if (!index_cap) return -1;
     for (size_t i = h & (index_cap - 1); index_tab[i]; i = (i + 1) & (index_cap - 1)) {
         entry_t *e = &entries[index_tab[i] - 1];
-        if (e->hash == h && e->len == len && memcmp(e->bytes, bytes, len) == 0)
+        if (e->hash == h && e->len == len && memcmp(e->bytes, bytes, len) == 0) {
+            e->state = ST_LIVE;
             return index_tab[i] - 1;
+        }
     }
     return -1;
 }
@@ -145,11 +153,7 @@ static int push_id(uint32_t **arr, size_t *n, size_t *c, uint32_t id)
 /* A fresh id: a freed one, or the next one. -1 when out of memory. */
 static int64_t take_id(void)
 {
-    if (n_free) {
-        uint32_t id = free_ids[--n_free];
-        if (id < young_from) young_from = id;    /* its new Hash is young */
-        return id;
-    }
+    if (n_free) return free_ids[--n_free];
     uint32_t n = atomic_load_explicit(&count, memory_order_relaxed);
     if (n >= MAX_CHUNKS * CHUNK) return -1;
     if (n >= entries_cap) {
@@ -190,6 +194,7 @@ static int64_t add_locked(const char *bytes, size_t len, uint64_t h, VALUE set)
     *slot((uint32_t)id) = set;
     index_insert((uint32_t)id);
     live_count++;
+    if (push_id(&young_ids, &n_young, &young_cap, (uint32_t)id) < 0) young_lost = true;
     return id;
 }
 
@@ -260,11 +265,11 @@ void rperf_rb_ltab_reset(uint32_t window_cap)
         if (entries[id].state != ST_FREE) free_entry(id);
     atomic_store_explicit(&count, 1, memory_order_release);   /* id 0 = {} */
     atomic_fetch_add(&epoch, 1);
-    n_free = n_quar = 0;
+    n_free = n_quar = n_young = 0;
+    young_lost = false;
     live_count = 0;
     window_new = 0;
     overflow_id = 0;
-    young_from = 1;
     cap = window_cap ? window_cap : RPERF_LABEL_CAP_DEFAULT;
     atomic_store(&overflowed, 0);
     if (index_tab) memset(index_tab, 0, index_cap * sizeof(*index_tab));
@@ -287,7 +292,8 @@ void rperf_rb_ltab_window_clear_locked(const uint32_t *referenced, size_t n_ref)
         }
     }
     n_quar = 0;
-    /* every set goes to quarantine but the referenced ones (and overflow) */
+    /* every set goes to quarantine but the referenced ones (and overflow);
+     * quarantined sets stay findable, and a label applied again revives them */
     for (uint32_t id = 1; id < n; id++)
         if (entries[id].state == ST_LIVE && id != overflow_id) entries[id].state = ST_QUAR;
     for (size_t i = 0; i < n_ref; i++) {
@@ -296,8 +302,9 @@ void rperf_rb_ltab_window_clear_locked(const uint32_t *referenced, size_t n_ref)
     }
     live_count = 0;
     for (uint32_t id = 1; id < n; id++) {
-        if (entries[id].state == ST_LIVE) live_count++;
-        else if (entries[id].state == ST_QUAR && push_id(&quar_ids, &n_quar, &quar_cap, id) < 0)
+        if (entries[id].state == ST_FREE) continue;
+        live_count++;
+        if (entries[id].state == ST_QUAR && push_id(&quar_ids, &n_quar, &quar_cap, id) < 0)
             entries[id].state = ST_LIVE;   /* out of memory: keep it */
     }
     index_rebuild(live_count);
@@ -321,25 +328,27 @@ VALUE rperf_rb_ltab_sets(VALUE empty)
     return a;
 }
 
-/* Inside GC. minor: sets below the cursor were old at an earlier marking
- * (a freed id handed out again lowers it) and a minor GC never frees old
- * objects: only younger ones are marked. */
+/* Inside GC (every other Ractor stopped at a safe point, so no label call
+ * is inside the table's C code). A minor GC never frees old objects: only
+ * the sets on the young list are marked, and those found old (or freed)
+ * leave it. A major GC marks every set. */
 void rperf_rb_ltab_mark(bool minor)
 {
-    uint32_t n = rperf_rb_ltab_count();
-    uint32_t i = minor ? young_from : 1;
-    if (minor) {
-        while (i < n) {
-            VALUE h = value_at(i);
-            if (!NIL_P(h) && !RB_OBJ_PROMOTED_RAW(h)) break;
-            i++;
+    if (minor && !young_lost) {
+        size_t k = 0;
+        for (size_t i = 0; i < n_young; i++) {
+            VALUE h = value_at(young_ids[i]);
+            if (NIL_P(h) || RB_OBJ_PROMOTED_RAW(h)) continue;
+            rb_gc_mark(h);
+            young_ids[k++] = young_ids[i];
         }
-        young_from = i;
+        n_young = k;
+        return;
     }
-    for (; i < n; i++) {
-        VALUE h = value_at(i);
-        if (NIL_P(h) || (minor && RB_OBJ_PROMOTED_RAW(h))) continue;
-        rb_gc_mark(h);
+    uint32_t n = rperf_rb_ltab_count();
+    for (uint32_t id = 1; id < n; id++) {
+        VALUE h = value_at(id);
+        if (!NIL_P(h)) rb_gc_mark(h);
     }
 }
 

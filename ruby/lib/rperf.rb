@@ -39,10 +39,8 @@ module Rperf
       _c_backends
     end
 
-    # Works in any Ractor.
-    def running?
-      _c_running?
-    end
+    # Rperf.running? (any Ractor), Rperf.stop and Rperf.snapshot(clear:) are
+    # defined in C (ruby/api.c): a tracer sees only the public call.
 
     def start(frequency: 1000, mode: :cpu, backend: nil, exporter: nil, format: nil,
               output: nil, aggregate: true, signal: nil, verbose: false, stat: false,
@@ -108,15 +106,6 @@ module Rperf
       data
     end
     private :__finish_stop
-
-    def snapshot(clear: false)
-      main_ractor!("snapshot")
-      data = _c_snapshot(clear ? true : false)
-      return nil unless data
-
-      finish_result(data)
-      data
-    end
 
     # Rperf.label(**labels) { ... } and Rperf.labels are defined in C
     # (ruby/labels.c), so that tracers see no helper calls: label merges

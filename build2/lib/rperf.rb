@@ -1,0 +1,353 @@
+# frozen_string_literal: true
+
+# rperf — a Ractor-aware sampling profiler for Ruby (C11 extension).
+#
+#   Rperf.start(frequency: 1000, mode: :cpu, backend: :signal)
+#   ... code ...
+#   data = Rperf.stop        # => result Hash (see README / docs/architecture.md)
+#
+#   Rperf.start(output: "profile.pb.gz") { work }   # block form writes the file
+#
+# Option validation happens here, before anything starts; the engine lives in
+# rperf.so (core/, backends/, exporters/, ruby/*.c).
+
+require "rperf.so"
+# Loaded by rperf 0.6 too; scripts written for it may rely on them.
+require "zlib"
+require "stringio"
+
+module Rperf
+  VERSION = "0.7.0"
+
+  MODES = { cpu: 0, wall: 1 }.freeze
+  MAX_FREQUENCY = 10_000
+  # New label sets per snapshot window; past it, label applications fold
+  # into the set {rperf_label_overflow: true} (result: label_sets_overflowed).
+  DEFAULT_MAX_LABEL_SETS = 65_536
+  MAX_LABEL_SETS_LIMIT = 1 << 23
+  # The real-time signals of this libc (glibc: 34..64; Ruby reserves none of
+  # them) and the tick signal used when none is given (SIGRTMIN+8).
+  rtmin, rtmax, default_signal = _c_signal_range
+  REALTIME_SIGNALS = (rtmin..rtmax)
+  DEFAULT_SIGNAL = default_signal
+
+  @run = nil
+
+  class << self
+    # Registered timer backends, as Symbols (the first is the default).
+    def backends
+      _c_backends
+    end
+
+    # Rperf.running? (any Ractor), Rperf.stop and Rperf.snapshot(clear:) are
+    # defined in C (ruby/api.c): a tracer sees only the public call.
+
+    def start(frequency: 1000, mode: :cpu, backend: nil, exporter: nil, format: nil,
+              output: nil, aggregate: true, signal: nil, verbose: false, stat: false,
+              ring_size: DEFAULT_RING_SLOTS, max_label_sets: DEFAULT_MAX_LABEL_SETS,
+              allow_signal: false, &block)
+      main_ractor!("start")
+      raise RuntimeError, "Rperf is already running" if running?
+
+      validate_frequency(frequency)
+      unless MODES.key?(mode)
+        raise ArgumentError, "mode must be :cpu or :wall, got #{mode.inspect}"
+      end
+      backend_name, signo = resolve_backend(backend, signal, allow_signal)
+      unless ring_size.is_a?(Integer) && ring_size >= 1024 && ring_size <= (1 << 24) &&
+             (ring_size & (ring_size - 1)).zero?
+        raise ArgumentError,
+              "ring_size must be a power of two between 1024 and #{1 << 24}, got #{ring_size.inspect}"
+      end
+      unless max_label_sets.is_a?(Integer) && max_label_sets >= 1 && max_label_sets <= MAX_LABEL_SETS_LIMIT
+        raise ArgumentError,
+              "max_label_sets must be an Integer between 1 and #{MAX_LABEL_SETS_LIMIT}, got #{max_label_sets.inspect}"
+      end
+      unless output.nil? || output.is_a?(String) || output.respond_to?(:to_path)
+        raise ArgumentError, "output must be nil or a path String, got #{output.inspect}"
+      end
+      output = output.to_path if output.respond_to?(:to_path)
+      exporter_name = resolve_exporter(exporter, format, output)
+      __check_output(output) if respond_to?(:__check_output, true)
+
+      verbose ||= ENV["RPERF_VERBOSE"] == "1"
+      @run = { output: output, exporter: exporter_name, aggregate: aggregate ? true : false,
+               verbose: verbose, stat: stat,
+               started_at: Process.clock_gettime(Process::CLOCK_MONOTONIC) }
+      # The last argument: a run left going at exit is stopped there (in C)
+      # and, when it asked for output or reports, finished like Rperf.stop.
+      _c_start(frequency, MODES[mode], aggregate ? true : false, backend_name.to_s, signo, ring_size,
+               output || verbose || stat ? true : false, max_label_sets)
+      return nil unless block
+
+      completed = false
+      begin
+        block.call
+        completed = true
+      ensure
+        # an exception or a throw leaves the block: stop, then let it go on
+        stop if !completed && running?
+      end
+      stop
+    end
+
+    # Rperf.stop is defined in C (ruby/api.c): it stops the engine before
+    # any Ruby code runs, then calls __finish_stop with the result Hash, and
+    # releases the engine's data afterwards (C exporters read it meanwhile).
+    # The output is written before the reports: a failing report never
+    # loses it.
+    def __finish_stop(data)
+      run = @run || {}
+      @run = nil
+      finish_result(data)
+      write_output(data, run) if run[:output]
+      report_verbose(data) if run[:verbose]
+      report_stat(data, run) if run[:stat]
+      data
+    end
+    private :__finish_stop
+
+    # Rperf.label(**labels) { ... } and Rperf.labels are defined in C
+    # (ruby/labels.c), so that tracers see no helper calls: label merges
+    # labels into the current thread's label set (nil deletes a key; with a
+    # block, the previous set is restored afterwards); labels returns the
+    # current set. Both work in any Ractor.
+
+    private
+
+    def validate_frequency(frequency)
+      unless frequency.is_a?(Integer) && frequency > 0
+        raise ArgumentError,
+              "frequency must be a positive integer (got #{frequency.inspect}); accepted: Integer 1..#{MAX_FREQUENCY}"
+      end
+      return if frequency <= MAX_FREQUENCY
+
+      raise ArgumentError, "frequency must be <= #{MAX_FREQUENCY} (10KHz), got #{frequency}"
+    end
+
+    UNCATCHABLE = { 9 => "KILL", 19 => "STOP" }.freeze
+    # Raised by faults: a handler that returns would re-run the faulting
+    # instruction. Refused even with allow_signal: true.
+    FAULT_SIGNALS = %w[ILL TRAP ABRT BUS FPE SEGV SYS].to_h { |n| [Signal.list.fetch(n), n] }.freeze
+
+    # -> [backend_name, signal_number (0 = backend default)]
+    def resolve_backend(backend, signal, allow_signal = false)
+      names = backends
+      unless allow_signal == true || allow_signal == false
+        raise ArgumentError, "allow_signal must be true or false, got #{allow_signal.inspect}"
+      end
+      unless signal.nil? || signal == false || signal.is_a?(Integer)
+        raise ArgumentError, "signal must be nil, false, or an Integer, got #{signal.inspect} " \
+                             "(accepted: #{signal_accepted})"
+      end
+      validate_signal_number(signal, allow_signal) if signal.is_a?(Integer) && signal != 0
+      from_signal =
+        if signal == false || signal == 0 then :nanosleep
+        elsif signal.is_a?(Integer) && signal > 0 then :signal
+        end
+      if backend.nil?
+        name = from_signal || names.first
+      else
+        unless (backend.is_a?(Symbol) || backend.is_a?(String)) && names.include?(backend.to_sym)
+          raise ArgumentError,
+                "unknown backend #{backend.inspect}; registered backends: #{names.map(&:inspect).join(', ')}"
+        end
+        name = backend.to_sym
+        # An Integer names the tick signal of either backend (:nanosleep
+        # signals other Ractors' threads with it); false/0 means :nanosleep.
+        if from_signal == :nanosleep && name != :nanosleep
+          raise ArgumentError,
+                "backend: #{name.inspect} conflicts with signal: #{signal.inspect} " \
+                "(signal: false selects :nanosleep; an Integer is the tick signal of either backend)"
+        end
+      end
+      [name, signal.is_a?(Integer) && signal > 0 ? signal : 0]
+    end
+
+    def signal_accepted
+      "nil, false, 0 (nanosleep) or a real-time signal number #{REALTIME_SIGNALS} (SIGRTMIN..SIGRTMAX)"
+    end
+
+    def validate_signal_number(signal, allow_signal)
+      if UNCATCHABLE.key?(signal)
+        raise ArgumentError, "signal #{signal} (#{UNCATCHABLE[signal]}) cannot be caught; use a different signal"
+      end
+      return if REALTIME_SIGNALS.cover?(signal)
+
+      name = Signal.signame(signal) if signal.positive?
+      shown = name ? "#{signal} (SIG#{name})" : signal.to_s
+      if !allow_signal || signal <= 0 || signal > REALTIME_SIGNALS.max
+        raise ArgumentError, "signal must be #{signal_accepted}, got #{shown}; " \
+                             "another catchable signal needs allow_signal: true"
+      end
+      return unless FAULT_SIGNALS.key?(signal)
+
+      raise ArgumentError, "signal #{shown} is raised by faults and cannot be the tick signal, even with " \
+                           "allow_signal: true (refused: #{FAULT_SIGNALS.values.map { |n| "SIG#{n}" }.join(', ')}); " \
+                           "accepted: #{signal_accepted}"
+    end
+
+    def resolve_exporter(exporter, format, output)
+      if respond_to?(:__resolve_exporter, true)
+        __resolve_exporter(exporter, format, output)
+      elsif exporter || format
+        raise ArgumentError, "exporter #{(exporter || format).inspect} is not available: no exporters are built"
+      end
+    end
+
+    def write_output(data, run)
+      if respond_to?(:__export_at_stop, true)
+        __export_at_stop(data, run[:output], run[:exporter])
+      else
+        warn "rperf: output #{run[:output]} not written: no exporters are built"
+      end
+    end
+
+    def main_ractor!(what)
+      return if Ractor.current == Ractor.main
+
+      raise RuntimeError, "Rperf.#{what} must be called from the main Ractor " \
+                          "(Rperf.label, Rperf.labels and Rperf.running? work in any Ractor)"
+    end
+
+    def finish_result(data)
+      if data.key?(:raw_samples)
+        agg = {}
+        data[:raw_samples].each do |frames, weight, thread_seq, label_set_id|
+          key = [frames, thread_seq, label_set_id]
+          agg[key] = (agg[key] || 0) + weight
+        end
+        data[:aggregated_samples] = agg.map { |(f, t, l), w| [f, w, t, l] }
+      end
+      data
+    end
+
+    def report_verbose(data)
+      samples = data[:aggregated_samples] || []
+      total = samples.sum { |s| s[1] }
+      count = data[:sampling_count]
+      avg = count.positive? ? data[:sampling_time_ns] / 1000.0 / count : 0.0
+      warn format("[rperf] mode=%s frequency=%dHz backend=%s", data[:mode], data[:frequency], data[:backend])
+      warn format("[rperf] sampling: %d calls, %.2fms total, %.1fus/call avg",
+                  count, data[:sampling_time_ns] / 1e6, avg)
+      warn format("[rperf] samples recorded: %d, dropped: %d, profiler memory: %d bytes (%s)",
+                  samples.size, data[:dropped_samples], data[:profiler_memory_bytes], data[:allocator])
+      flat = Hash.new(0)
+      cum = Hash.new(0)
+      samples.each do |frames, w|
+        flat[frames[0]] += w if frames[0]
+        frames.uniq.each { |f| cum[f] += w } # recursion counts once per sample
+      end
+      { "flat" => flat, "cum" => cum }.each do |name, table|
+        warn "[rperf] top 10 by #{name}:"
+        table.sort_by { |_, w| -w }.first(10).each do |(path, label), w|
+          warn format("[rperf] %8.1fms %5.1f%%  %s (%s)", w / 1e6, total.positive? ? 100.0 * w / total : 0, label, path)
+        end
+      end
+    end
+
+    def fmt_ms(ms)
+      int, frac = format("%.1f", ms).split(".")
+      "#{int.reverse.scan(/\d{1,3}/).join(',').reverse.sub(/^,/, '')}.#{frac}".sub(/^(-?),/, '\\1')
+    end
+
+    STAT_CATEGORIES = {
+      "[GVL blocked]" => "[Ruby] GVL blocked (I/O, sleep)",
+      "[GVL wait]" => "[Ruby] GVL wait (contention)",
+      "[GC marking]" => "[Ruby] GC marking",
+      "[GC sweeping]" => "[Ruby] GC sweeping",
+    }.freeze
+
+    def stat_line(value, unit, label)
+      warn format("%14s %-4s %s", value, unit, label)
+    end
+
+    def report_stat(data, run)
+      real = Process.clock_gettime(Process::CLOCK_MONOTONIC) - run[:started_at]
+      t = Process.times
+      warn ""
+      warn " Performance stats for '#{ENV['RPERF_STAT_COMMAND'] || '(unknown)'}':"
+      warn ""
+      stat_line(fmt_ms(t.utime * 1000), "ms", "user")
+      stat_line(fmt_ms(t.stime * 1000), "ms", "sys")
+      stat_line(fmt_ms(real * 1000), "ms", "real")
+      samples = data[:aggregated_samples] || []
+      total = samples.sum { |s| s[1] }
+      if total.positive?
+        by = Hash.new(0)
+        samples.each do |frames, w|
+          by[STAT_CATEGORIES.fetch(frames[0] && frames[0][1], "CPU execution")] += w
+        end
+        warn ""
+        (["CPU execution"] + STAT_CATEGORIES.values).each do |cat|
+          next unless by[cat].positive?
+          warn format("%14s ms %5.1f%%  %s", fmt_ms(by[cat] / 1e6), 100.0 * by[cat] / total, cat)
+        end
+      end
+      gc = GC.stat
+      warn format("%14d     [Ruby] detected threads", data[:detected_thread_count]) if data[:detected_thread_count].positive?
+      warn format("%14s ms   [Ruby] GC time (%d count: %d minor, %d major)", fmt_ms(gc[:time].to_f),
+                  gc[:count], gc[:minor_gc_count], gc[:major_gc_count])
+      warn format("%14d     [Ruby] allocated objects", gc[:total_allocated_objects])
+      warn format("%14d     [Ruby] freed objects", gc[:total_freed_objects])
+      status = File.exist?("/proc/self/status") ? File.read("/proc/self/status") : ""
+      if (hwm = status[/^VmHWM:\s+(\d+)/, 1])
+        warn format("%14s MB   [OS] peak memory (maxrss)", fmt_ms(hwm.to_i / 1024.0))
+      end
+      vol = status[/^voluntary_ctxt_switches:\s+(\d+)/, 1]
+      invol = status[/^nonvoluntary_ctxt_switches:\s+(\d+)/, 1]
+      if vol && invol
+        warn format("%14d     [OS] context switches (%d voluntary, %d involuntary)",
+                    vol.to_i + invol.to_i, vol.to_i, invol.to_i)
+      end
+      if ENV["RPERF_STAT_REPORT"] == "1" && defined?(Rperf::Text)
+        warn ""
+        warn Rperf::Text.encode(data, header: false)
+      end
+      warn ""
+      overhead = real.positive? ? data[:sampling_time_ns] / 1e9 / real * 100 : 0
+      warn format("  %d samples / %d triggers, %.1f%% profiler overhead",
+                  data[:sampling_count], data[:trigger_count], overhead)
+      warn ""
+    end
+  end
+
+  # Fork: the child starts with a stopped profiler and clean state.
+  module ForkHook
+    def _fork
+      pid = super
+      Rperf._c_after_fork_child if pid.zero?
+      pid
+    end
+  end
+  Process.singleton_class.prepend(ForkHook)
+end
+
+begin
+  require "rperf/exporters"
+rescue LoadError
+  # exporters are optional until built
+end
+
+if ENV["RPERF_ENABLED"] == "1"
+  mode = (ENV["RPERF_MODE"] || "cpu")
+  unless %w[cpu wall].include?(mode)
+    raise ArgumentError, "RPERF_MODE must be 'cpu' or 'wall', got: #{mode.inspect}"
+  end
+  opts = { frequency: Integer(ENV.fetch("RPERF_FREQUENCY", "1000"), exception: false) || 0,
+           mode: mode.to_sym, aggregate: ENV["RPERF_AGGREGATE"] != "0",
+           stat: ENV["RPERF_STAT"] == "1" }
+  opts[:backend] = ENV["RPERF_BACKEND"].to_sym if ENV["RPERF_BACKEND"]
+  opts[:output] = ENV["RPERF_OUTPUT"] || (opts[:stat] ? nil : "rperf.data")
+  opts[:exporter] = ENV["RPERF_FORMAT"].to_sym if ENV["RPERF_FORMAT"]
+  case ENV["RPERF_SIGNAL"]
+  when nil then nil
+  when "false" then opts[:signal] = false
+  else opts[:signal] = Integer(ENV["RPERF_SIGNAL"], exception: false) ||
+                       raise(ArgumentError, "RPERF_SIGNAL must be 'false' or an Integer, got #{ENV['RPERF_SIGNAL'].inspect}")
+  end
+  opts[:allow_signal] = true if ENV["RPERF_ALLOW_SIGNAL"] == "1"
+  # Stopped at exit by the extension's end proc (ruby/api.c), which runs
+  # after the application's at_exit blocks and writes the output.
+  Rperf.start(**opts)
+end

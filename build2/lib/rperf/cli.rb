@@ -1,0 +1,468 @@
+# frozen_string_literal: true
+
+# rperf/cli.rb — the `rperf` command (exe/rperf): record, stat, exec,
+# report, diff, help.
+#
+# record/stat/exec: the CLI never profiles itself. It validates the options, then runs the
+# command with `RUBYOPT=-rrperf`, the library on `RUBYLIB` and the settings in
+# `RPERF_*` variables, so that every Ruby started by the command profiles
+# itself through the library's environment auto-start (ruby/lib/rperf.rb).
+# It waits for the command and exits with its status (a command killed by a
+# signal kills the CLI with the same signal). report/diff read profile files
+# in-process through Rperf::Report (ruby/lib/rperf/report.rb; no Go): a
+# file that cannot be read is one line `rperf: <file>: <why>`, exit status 1.
+# Every usage error is one line on stderr plus the usage text, exit status 1. docs/cli.md lists every
+# option; ruby/lib/rperf/help.md is the manual `rperf help` prints.
+
+require "fileutils"
+require "optparse"
+require "rbconfig"
+require "tmpdir"
+
+module Rperf
+  class CLI
+    LIB_DIR = File.expand_path("..", __dir__)
+    VERSION = File.read(File.join(LIB_DIR, "rperf.rb"), encoding: "UTF-8")[/^\s*VERSION = "([^"]+)"/, 1]
+    MANUAL = File.join(__dir__, "help.md")
+    MAX_FREQUENCY = 10_000
+    UNCATCHABLE = { Signal.list["KILL"] => "KILL", Signal.list["STOP"] => "STOP" }.freeze
+    # Signals the CLI passes on to the command. INT and QUIT come from the
+    # terminal to the whole process group, so the command has them already.
+    FORWARDED = %w[TERM HUP USR1 USR2].freeze
+    # Variables the CLI owns: unset in the command's environment unless set.
+    ENV_KEYS = %w[RPERF_ENABLED RPERF_MODE RPERF_FREQUENCY RPERF_OUTPUT RPERF_FORMAT RPERF_SIGNAL
+                  RPERF_BACKEND RPERF_AGGREGATE RPERF_STAT RPERF_VERBOSE RPERF_STAT_COMMAND
+                  RPERF_STAT_REPORT].freeze
+
+    USAGE = <<~TEXT
+      Usage: rperf <subcommand> [options] command [args...]
+             rperf report [options] [FILE]
+             rperf diff [options] BASE TARGET
+
+      Subcommands:
+        record   profile a command, write a profile file (default rperf.data, pprof)
+        stat     run a command, print performance stats to stderr at its exit
+        exec     stat with the flat and cumulative tables always
+        report   print a profile file's top functions (pprof or rperf JSON; no Go needed)
+        diff     print the per-function change between two profile files
+        help     print the manual
+
+      Options:
+        -h, --help       this usage
+        -v, --version    print the version
+
+      `rperf <subcommand> -h` lists the options of a subcommand.
+    TEXT
+
+    class UsageError < StandardError
+      attr_reader :subcommand
+
+      def initialize(message, subcommand = nil)
+        super(message)
+        @subcommand = subcommand
+      end
+    end
+
+    Settings = Struct.new(:subcommand, :output, :frequency, :mode, :format, :print, :signal,
+                          :backend, :aggregate, :verbose, :report)
+    # report/diff: view :top or :text, rows, filters.
+    ReportSettings = Struct.new(:subcommand, :view, :top, :focus, :ignore, :threads, :labels)
+    REPORT_SUBCOMMANDS = %w[report diff].freeze
+    DEFAULT_TOP = 50
+    DEFAULT_REPORT_FILE = "rperf.data"
+
+    def initialize(out: $stdout, err: $stderr)
+      @out = out
+      @err = err
+    end
+
+    # Returns the exit status.
+    def run(argv)
+      args = argv.dup
+      case (sub = args.shift)
+      when nil then raise UsageError, "no subcommand given"
+      when "-h", "--help" then @out.print USAGE
+      when "-v", "--version" then @out.puts "rperf #{VERSION}"
+      when "help" then help(args)
+      when "record", "stat", "exec"
+        settings = parse(sub, args)
+        return 0 if settings.nil? # -h
+
+        return run_command(settings, args)
+      when "report", "diff"
+        settings = parse_report(sub, args)
+        return 0 if settings.nil? # -h
+
+        return run_report(settings, args)
+      else
+        raise UsageError, "unknown subcommand #{sub.inspect}"
+      end
+      0
+    rescue UsageError => e
+      @err.puts "rperf: #{e.message}"
+      @err.puts
+      @err.print e.subcommand ? parser(e.subcommand).help : USAGE
+      1
+    end
+
+    private
+
+    def help(args)
+      case (topic = args.first)
+      when nil then @out.print File.read(MANUAL, encoding: "UTF-8")
+      when "record", "stat", "exec", *REPORT_SUBCOMMANDS then @out.print parser(topic).help
+      else raise UsageError, "no help for #{topic.inspect} (topics: record, stat, exec, report, diff)"
+      end
+    end
+
+    # -> Settings, or nil after -h; raises UsageError. Leaves the command in args.
+    def parse(sub, args)
+      s = Settings.new(sub, nil, 1000, sub == "record" ? "cpu" : "wall", nil, false, nil, nil, true,
+                       false, sub == "exec")
+      return nil if parse_options(sub, s, args, :order!)
+      raise UsageError.new("no command specified", sub) if args.empty?
+      raise UsageError.new("-p/--print and -o/--output cannot be combined", sub) if s.print && s.output
+
+      validate(s)
+      s
+    end
+
+    # Parse `args` in place with the subcommand's parser (`how`: :order! or
+    # :permute!). Returns true after -h (the help is printed).
+    def parse_options(sub, s, args, how)
+      wants_help = false
+      op = parser(sub, s) { wants_help = true }
+      begin
+        op.public_send(how, args)
+      rescue OptionParser::ParseError => e
+        raise UsageError.new(e.message, sub)
+      end
+      @out.print op.help if wants_help
+      wants_help
+    end
+
+    def parser(sub, s = nil, &on_help)
+      return report_parser(sub, s || ReportSettings.new, &on_help) if REPORT_SUBCOMMANDS.include?(sub)
+
+      s ||= Settings.new
+      OptionParser.new do |op|
+        op.banner = "Usage: rperf #{sub} [options] command [args...]"
+        op.separator ""
+        op.separator(
+          case sub
+          when "record" then "Profile the command and write a profile file at its exit."
+          when "stat" then "Run the command and print performance stats to stderr at its exit."
+          else "Run the command and print performance stats and the flat and cumulative tables to stderr."
+          end
+        )
+        op.separator ""
+        op.separator "Options:"
+        if sub == "record"
+          op.on("-o", "--output PATH", "profile file (default rperf.data; format from the suffix)") { |v| s.output = v }
+        else
+          op.on("-o", "--output PATH", "also write a profile file (default: none)") { |v| s.output = v }
+        end
+        op.on("-f", "--frequency HZ", "samples per second, 1..#{MAX_FREQUENCY} (default 1000)") { |v| s.frequency = v }
+        op.on("-m", "--mode MODE", "cpu or wall (default #{sub == 'record' ? 'cpu' : 'wall'})") { |v| s.mode = v }
+        op.on("--format NAME", "pprof, collapsed, json, text or a registered exporter " \
+                               "(default: from the output suffix)") { |v| s.format = v }
+        op.on("-p", "--print", "print the text report to stdout instead of writing a file") { s.print = true } if sub == "record"
+        op.on("--signal N|false", "tick signal, a real-time signal number (SIGRTMIN..SIGRTMAX), " \
+                                   "or false for the nanosleep backend") { |v| s.signal = v }
+        op.on("--backend NAME", "timer backend: signal (default) or nanosleep") { |v| s.backend = v }
+        op.on("--no-aggregate", "keep every sample (raw mode)") { s.aggregate = false }
+        op.on("--report", "add the flat and cumulative tables to the stats") { s.report = true } if sub == "stat"
+        op.on("-v", "--verbose", "print sampling statistics and the top frames to stderr") { s.verbose = true }
+        op.on("-h", "--help", "this help") { on_help&.call }
+      end
+    end
+
+    # ---- report / diff ----------------------------------------------------
+
+    # -> ReportSettings, or nil after -h; raises UsageError. Leaves the files
+    # in args. Options may come before or after the files.
+    def parse_report(sub, args)
+      s = ReportSettings.new(sub, :top, nil, nil, nil, [], {})
+      args.replace(join_top_count(args))
+      return nil if parse_options(sub, s, args, :permute!)
+
+      validate_report(s, args)
+      s
+    end
+
+    # `--top N` takes N only when N is a number (`--top FILE` is --top alone):
+    # it becomes `--top=N` for OptionParser.
+    def join_top_count(args)
+      out = []
+      i = 0
+      while i < args.size
+        if args[i] == "--top" && args[i + 1]&.match?(/\A[-+]?\d+\z/)
+          out << "--top=#{args[i + 1]}"
+          i += 2
+        else
+          out << args[i]
+          i += 1
+        end
+      end
+      out
+    end
+
+    def report_parser(sub, s, &on_help)
+      OptionParser.new do |op|
+        if sub == "report"
+          op.banner = "Usage: rperf report [options] [FILE]"
+          op.separator ""
+          op.separator "Print the top functions of a profile file (default #{DEFAULT_REPORT_FILE}): pprof " \
+                       "(.pb.gz, .pb; ours or Go's) or rperf's speedscope JSON. No Go needed."
+        else
+          op.banner = "Usage: rperf diff [options] BASE TARGET"
+          op.separator ""
+          op.separator "Print each function's change in flat and cumulative time from BASE to TARGET, " \
+                       "largest change first."
+        end
+        op.separator ""
+        op.separator "Options:"
+        op.on("--top[=N]", "show the top N functions (default #{DEFAULT_TOP}); `--top N` works too") do |v|
+          s.top = v || DEFAULT_TOP.to_s
+        end
+        if sub == "report"
+          op.on("--text", "rperf's flat and cumulative tables (as record -p prints)") { s.view = :text }
+          op.on("--html", "--flame", "a self-contained HTML flame graph on stdout (e.g. > p.html)") { s.view = :html }
+        end
+        op.on("--focus REGEX", "only samples through a function whose name or file matches") do |v|
+          s.focus = report_regexp("--focus", v, sub)
+        end
+        op.on("--ignore REGEX", "drop samples through a function whose name or file matches") do |v|
+          s.ignore = report_regexp("--ignore", v, sub)
+        end
+        op.on("--thread SEQ", "only samples of thread SEQ (the thread_seq label; repeatable)") do |v|
+          seq = Integer(v, 10, exception: false)
+          raise UsageError.new("--thread must be a positive thread number, got #{v.inspect}", sub) unless seq&.positive?
+
+          s.threads << seq
+        end
+        op.on("--label KEY=VALUE", "only samples with this label (repeatable; also thread_seq=N, ractor=N)") do |v|
+          key, value = v.split("=", 2)
+          raise UsageError.new("--label must be KEY=VALUE, got #{v.inspect}", sub) if key.to_s.empty? || value.nil?
+
+          s.labels[utf8(key)] = utf8(value)
+        end
+        op.on("-h", "--help", "this help") { on_help&.call }
+      end
+    end
+
+    def utf8(str)
+      str.dup.force_encoding(Encoding::UTF_8)
+    end
+
+    def report_regexp(opt, source, sub)
+      Regexp.new(utf8(source))
+    rescue RegexpError => e
+      raise UsageError.new("invalid #{opt} regex #{source.inspect}: #{e.message}", sub)
+    end
+
+    def validate_report(s, files)
+      sub = s.subcommand
+      if s.top
+        n = Integer(s.top, 10, exception: false)
+        raise UsageError.new("--top must be a positive integer, got #{s.top}", sub) unless n&.positive?
+
+        s.top = n
+      end
+      if s.view != :top && s.top
+        raise UsageError.new("--top and --#{s.view} cannot be combined", sub)
+      end
+      if sub == "report"
+        files << DEFAULT_REPORT_FILE if files.empty?
+        raise UsageError.new("report reads one file, got #{files.size}: #{files.join(' ')}", sub) if files.size > 1
+      elsif files.size != 2
+        raise UsageError.new("two profile files required (BASE TARGET), got #{files.size}", sub)
+      end
+    end
+
+    def run_report(s, files)
+      library
+      require "rperf/report"
+      profiles = files.map do |f|
+        Rperf::Report.filter(Rperf::Report.load(f), focus: s.focus, ignore: s.ignore, threads: s.threads,
+                                                    labels: s.labels)
+      end
+      limit = s.top || DEFAULT_TOP
+      @out.write(
+        if s.subcommand == "diff"
+          Rperf::Report.diff(*profiles, limit: limit)
+        elsif s.view != :top
+          Rperf::Report.export(profiles[0], s.view)
+        else
+          Rperf::Report.top(profiles[0], limit: limit)
+        end
+      )
+      0
+    rescue Rperf::Report::Error => e
+      @err.puts "rperf: #{e.message}"
+      1
+    end
+
+    def validate(s)
+      sub = s.subcommand
+      freq = Integer(s.frequency.to_s, 10, exception: false)
+      unless freq&.positive?
+        raise UsageError.new("frequency must be a positive integer (got #{s.frequency})", sub)
+      end
+      if freq > MAX_FREQUENCY
+        raise UsageError.new("frequency must be <= #{MAX_FREQUENCY} (10KHz), got #{freq}", sub)
+      end
+      s.frequency = freq
+      unless %w[cpu wall].include?(s.mode)
+        raise UsageError.new("mode must be cpu or wall, got #{s.mode.inspect}", sub)
+      end
+      validate_signal(s)
+      if s.backend && !library.backends.include?(s.backend.to_sym)
+        raise UsageError.new("unknown backend #{s.backend.inspect} " \
+                             "(available: #{library.backends.join(', ')})", sub)
+      end
+      if s.format && !library.exporters.include?(s.format.to_sym)
+        raise UsageError.new("unknown format #{s.format.inspect} " \
+                             "(available: #{library.exporters.join(', ')})", sub)
+      end
+    end
+
+    # The same rules as Rperf.start's signal: (lib/rperf.rb): false, or a
+    # real-time signal number of this libc (SIGRTMIN..SIGRTMAX, read from
+    # the extension). The CLI has no allow_signal: opt-in; a program that
+    # needs another signal sets it through Rperf.start.
+    def validate_signal(s)
+      sub = s.subcommand
+      return if s.signal.nil?
+
+      if s.signal == "false"
+        return unless s.backend && s.backend != "nanosleep"
+
+        raise UsageError.new("--backend #{s.backend} conflicts with --signal false " \
+                             "(--signal false selects nanosleep; a number is the tick signal of either backend)", sub)
+      end
+      signo = Integer(s.signal, 10, exception: false)
+      raise UsageError.new("signal must be a signal number or false, got #{s.signal.inspect}", sub) unless signo
+      if UNCATCHABLE.key?(signo)
+        raise UsageError.new("signal #{signo} (#{UNCATCHABLE[signo]}) cannot be caught; use a different signal", sub)
+      end
+      range = library::REALTIME_SIGNALS
+      return if range.cover?(signo)
+
+      raise UsageError.new("signal must be a real-time signal number #{range} (SIGRTMIN..SIGRTMAX) " \
+                           "or false, got #{signo}", sub)
+    end
+
+    # The library, loaded into the CLI only to list backends and exporters
+    # (never started here).
+    def library
+      @library ||= begin
+        $LOAD_PATH.unshift(*load_dirs.reverse)
+        enabled = ENV.delete("RPERF_ENABLED")
+        begin
+          require "rperf"
+        ensure
+          ENV["RPERF_ENABLED"] = enabled if enabled
+        end
+        Rperf
+      end
+    end
+
+    # Directories the command needs on RUBYLIB: this library, and the
+    # directory holding rperf.so when it is elsewhere (a checkout's build
+    # directory; an installed gem has it next to the library or in its
+    # extension directory).
+    def load_dirs
+      @load_dirs ||= begin
+        root = File.expand_path("../..", LIB_DIR)
+        candidates = [LIB_DIR]
+        candidates << File.join(ENV["RPERF_BUILD_DIR"], "lib") if ENV["RPERF_BUILD_DIR"]
+        candidates << File.join(root, "build", "lib")
+        spec = defined?(Gem) && Gem.loaded_specs["rperf"]
+        candidates << spec.extension_dir if spec
+        so_dir = candidates.find { |d| File.exist?(File.join(d, "rperf.so")) }
+        [LIB_DIR, so_dir].compact.uniq
+      end
+    end
+
+    def child_env(s, cmd, print_path)
+      env = ENV_KEYS.to_h { |k| [k, nil] }
+      env.merge!(
+        "RPERF_ENABLED" => "1",
+        "RPERF_MODE" => s.mode,
+        "RPERF_FREQUENCY" => s.frequency.to_s,
+        "RUBYOPT" => ["-rrperf", ENV["RUBYOPT"]].compact.reject(&:empty?).join(" "),
+        "RUBYLIB" => [*load_dirs, ENV["RUBYLIB"]].compact.reject(&:empty?).join(File::PATH_SEPARATOR),
+      )
+      env["RPERF_OUTPUT"] = print_path || s.output || (s.subcommand == "record" ? "rperf.data" : nil)
+      env["RPERF_FORMAT"] = print_path ? "text" : s.format
+      env["RPERF_SIGNAL"] = s.signal
+      env["RPERF_BACKEND"] = s.backend
+      env["RPERF_AGGREGATE"] = "0" unless s.aggregate
+      env["RPERF_VERBOSE"] = "1" if s.verbose
+      if s.subcommand != "record"
+        env["RPERF_STAT"] = "1"
+        env["RPERF_STAT_COMMAND"] = cmd.join(" ")
+        env["RPERF_STAT_REPORT"] = "1" if s.report
+      end
+      env
+    end
+
+    def run_command(s, cmd)
+      dir = s.print ? Dir.mktmpdir("rperf-") : nil # mode 0700
+      print_path = dir && File.join(dir, "profile.txt")
+      env = child_env(s, cmd, print_path)
+      # `ruby` means the Ruby rperf was built for (rperf.so is tied to it).
+      argv = cmd[0] == "ruby" ? [RbConfig.ruby, *cmd[1..]] : cmd
+      status = spawn_and_wait(env, argv)
+      return status if status.is_a?(Integer)
+
+      @out.write(File.binread(print_path)) if print_path && File.exist?(print_path)
+      exit_status(status)
+    ensure
+      FileUtils.remove_entry(dir) if dir && File.directory?(dir)
+    end
+
+    def spawn_and_wait(env, argv)
+      old = {}
+      pid = nil
+      FORWARDED.each do |sig|
+        old[sig] = trap(sig) { Process.kill(sig, pid) if pid rescue nil } # rubocop:disable Style/RescueModifier
+      end
+      old["INT"] = trap("INT") {}
+      old["QUIT"] = trap("QUIT") {}
+      begin
+        pid = Process.spawn(env, [argv[0], argv[0]], *argv[1..])
+      rescue Errno::ENOENT
+        @err.puts "rperf: command not found: #{argv[0]}"
+        return 127
+      rescue SystemCallError => e
+        @err.puts "rperf: cannot run #{argv[0]}: #{e.message}"
+        return 126
+      end
+      Process.wait2(pid)[1]
+    ensure
+      old.each { |sig, h| trap(sig, h || "DEFAULT") }
+    end
+
+    # The command's exit status; a command killed by a signal kills the CLI
+    # with the same signal (so a caller sees what a shell would).
+    def exit_status(status)
+      return status.exitstatus if status.exited?
+
+      sig = status.termsig
+      return 1 unless sig
+
+      @out.flush
+      @err.flush
+      begin
+        trap(sig, "SYSTEM_DEFAULT")
+      rescue ArgumentError
+        return 128 + sig # a signal Ruby reserves (SEGV, BUS, ...): the shell's convention
+      end
+      Process.kill(sig, Process.pid)
+      sleep 1 # not reached when the signal's default action ends the process
+      128 + sig
+    end
+  end
+end

@@ -1,0 +1,98 @@
+# frozen_string_literal: true
+
+# Rperf::Middleware — Rack middleware that labels every request's samples
+# with `endpoint: "METHOD PATH"` (key configurable with label_key:), where
+# PATH is PATH_INFO with its ids replaced (label: :normalized, the default),
+# so that 200,000 URLs of one route make one label set, not 200,000.
+#
+# Each segment between slashes is replaced when it is, case-insensitively
+# and with an optional ".ext" suffix kept (`/users/7.json` → `/users/:id.json`):
+#   * a UUID (8-4-4-4-12 hex digits)                     → `:uuid`
+#   * decimal digits only (`123`)                        → `:id`
+#   * 16 or more hex digits with at least one digit
+#     (SHA digests, Mongo ObjectIds, hex tokens)         → `:hex`
+# Nothing else changes: `/v2/users`, `/2024-06-01`, slugs, a query string
+# (not part of PATH_INFO) stay as they are.
+#
+#   use Rperf::Middleware                                # "GET /users/:id"
+#   use Rperf::Middleware, label: :raw                   # "GET /users/123"
+#   use Rperf::Middleware, label: ->(env) { env["rperf.route"] }  # its own value
+#   use Rperf::Middleware, label_key: :route
+#
+# A callable (a Proc, or any object with #call(env)) returns the label
+# value; nil leaves the request without that label.
+#
+# It only calls Rperf.label, so it works in any Ractor (e.g. Ractor-based
+# worker pools) and does nothing when the profiler is not running. A
+# middleware built inside each worker Ractor may use any Proc. One shared
+# between Ractors must be shareable (`Ractor.make_shareable(middleware)`),
+# hence its app and its callable too: a module with `def self.call(env)`,
+# or a Proc whose self and captured variables are shareable, e.g.
+# `Ractor.make_shareable(nil.instance_exec { ->(env) { ... } })` (a lambda
+# written at the top level has `main` as self and is refused with
+# Ractor::IsolationError).
+
+module Rperf
+  class Middleware
+    LABELS = %i[normalized raw].freeze
+    # One pass over the path: a segment (after a "/", before "/", "." or the
+    # end) that is a UUID, digits only, or a long hex id.
+    ID_SEGMENT = %r{
+      (?<=/)
+      (?:
+        (?<uuid>\h{8}-\h{4}-\h{4}-\h{4}-\h{12})
+      | (?<id>\d+)
+      | (?<hex>(?=\h*\d)\h{16,})
+      )
+      (?=[/.]|\z)
+    }x
+
+    # Path with its ids replaced (see the file comment).
+    def self.normalize(path)
+      path = path.to_s
+      return path unless path.match?(/\d|-/)
+
+      path.gsub(ID_SEGMENT) do
+        m = Regexp.last_match
+        m[:uuid] ? ":uuid" : m[:id] ? ":id" : ":hex"
+      end
+    end
+
+    def initialize(app, label_key: :endpoint, label: :normalized)
+      unless label_key.is_a?(Symbol)
+        raise ArgumentError, "label_key must be a Symbol, got #{label_key.inspect}"
+      end
+      unless LABELS.include?(label) || (label.respond_to?(:call) && callable_with_env?(label))
+        raise ArgumentError, "label must be :normalized, :raw, or a Proc (or object with #call) " \
+                             "taking the Rack env, got #{label.inspect}"
+      end
+
+      @app = app
+      @label_key = label_key
+      @label = label
+    end
+
+    def call(env)
+      Rperf.label(@label_key => endpoint(env)) { @app.call(env) }
+    end
+
+    private
+
+    def endpoint(env)
+      case @label
+      when :normalized then "#{env['REQUEST_METHOD']} #{Middleware.normalize(env['PATH_INFO'])}"
+      when :raw then "#{env['REQUEST_METHOD']} #{env['PATH_INFO']}"
+      else @label.call(env)
+      end
+    end
+
+    # A lambda or method must accept exactly one argument (the env).
+    def callable_with_env?(label)
+      fn = label.is_a?(Proc) || label.is_a?(Method) ? label : label.method(:call)
+      return true if fn.is_a?(Proc) && !fn.lambda?
+
+      arity = fn.arity
+      arity == 1 || (arity.negative? && arity >= -2)
+    end
+  end
+end

@@ -1,0 +1,388 @@
+# frozen_string_literal: true
+
+# rperf/report.rb — reading profile files back and reporting on them, for
+# `rperf report` and `rperf diff` (ruby/lib/rperf/cli.rb), in-process and
+# without Go:
+#
+#   profile = Rperf::Report.load("profile.pb.gz")   # pprof (.pb.gz/.pb) or our speedscope JSON
+#   profile = Rperf::Report.filter(profile, focus: /Foo/, threads: [1], labels: { "endpoint" => "GET /" })
+#   puts Rperf::Report.top(profile, limit: 20)       # like `go tool pprof -top`
+#   puts Rperf::Report.export(profile, :text)        # any exporter on the profile
+#   puts Rperf::Report.diff(base, target, limit: 20) # per-function deltas
+#
+# A Profile carries its data in the shape of a stop result Hash
+# (:aggregated_samples [[frames leaf first, weight, thread_seq, label_set_id]],
+# :label_sets, :threads, :mode, :frequency, …), so every exporter can encode
+# it. Weights of a time sample type are converted to nanoseconds at load;
+# other units (count, bytes, …) are kept as they are. Samples whose value is
+# 0 or negative carry no weight and are left out.
+#
+# pprof files are decoded by our own C reader (Rperf._decode_pprof,
+# exporters/pprof_decode.c): Go's CPU profiles, profiles re-encoded by
+# `go tool pprof -proto` and ours. The sample type shown is the profile's
+# default one, else its last (as pprof does). Every problem with a file is
+# a Rperf::Report::Error (an ArgumentError) whose message names the file.
+
+require "json"
+
+module Rperf
+  module Report
+    class Error < ArgumentError; end
+
+    # file: the path; format: :pprof or :json; type/unit: the sample type
+    # shown (unit "nanoseconds" for every time type); data: the result Hash;
+    # filters: what filter() applied, as the options that asked for it.
+    Profile = Struct.new(:file, :format, :type, :unit, :data, :filters, keyword_init: true)
+
+    TIME_UNITS = { "nanoseconds" => 1, "ns" => 1, "microseconds" => 1_000, "us" => 1_000,
+                   "milliseconds" => 1_000_000, "ms" => 1_000_000, "seconds" => 1_000_000_000,
+                   "s" => 1_000_000_000 }.freeze
+    BYTE_UNITS = %w[bytes byte B].freeze
+    # Labels our pprof encoder writes for every sample (numeric).
+    THREAD_LABEL = "thread_seq"
+    RACTOR_LABEL = "ractor"
+
+    module_function
+
+    # ---- reading -----------------------------------------------------------
+
+    def load(path)
+      path = path.to_s
+      raise Error, "#{path}: no such file" unless File.exist?(path)
+      raise Error, "#{path}: is a directory, not a profile" if File.directory?(path)
+
+      bytes = begin
+        File.binread(path)
+      rescue SystemCallError, IOError => e
+        raise Error, "#{path}: cannot read: #{e.message}"
+      end
+      json?(bytes) ? from_speedscope(path, bytes) : from_pprof(path, bytes)
+    end
+
+    # Our JSON is text starting with "{"; pprof is binary (or gzip).
+    def json?(bytes)
+      bytes.b.lstrip.start_with?("{")
+    end
+
+    def from_pprof(path, bytes)
+      raw = begin
+        Rperf._decode_pprof(bytes, path)
+      rescue ArgumentError => e
+        raise Error, e.message
+      end
+      types = raw[:sample_types]
+      raise Error, "#{path}: not a readable pprof profile: no sample types" if types.empty?
+
+      index = types.index { |t, _| t == raw[:default_sample_type] } || types.size - 1
+      type, unit = types[index]
+      scale = TIME_UNITS[unit]
+      builder = Builder.new
+      raw[:samples].each do |frames, values, labels|
+        weight = values[index]
+        next unless weight.positive?
+
+        builder.add(frames, scale ? weight * scale : weight, labels)
+      end
+      data = builder.data(mode: type == "wall" ? :wall : :cpu, frequency: pprof_frequency(raw))
+      data[:start_time_ns] = raw[:time_nanos] if raw[:time_nanos].positive?
+      data[:duration_ns] = raw[:duration_nanos] if raw[:duration_nanos].positive?
+      Profile.new(file: path, format: :pprof, type: type, unit: scale ? "nanoseconds" : unit, data: data)
+    end
+
+    def pprof_frequency(raw)
+      raw[:comments].each { |c| return Regexp.last_match(1).to_i if c =~ /\Afrequency: (\d+)Hz\z/ }
+      period_unit = raw[:period_type]&.last
+      return 0 unless TIME_UNITS[period_unit] && raw[:period].positive?
+
+      (1_000_000_000.0 / (raw[:period] * TIME_UNITS[period_unit])).round
+    end
+
+    # speedscope's file format as exporters/json.c writes it: shared frames,
+    # one sampled profile per thread named "thread <seq> [\"name\"] [ractor <id>]".
+    def from_speedscope(path, bytes)
+      doc = begin
+        ::JSON.parse(bytes.dup.force_encoding(Encoding::UTF_8).scrub)
+      rescue ::JSON::ParserError => e
+        raise Error, "#{path}: not a readable profile: invalid JSON (#{e.message.lines.first.strip})"
+      end
+      bad = ->(why) { raise Error, "#{path}: not a readable speedscope profile: #{why}" }
+      bad.("no shared frames") unless doc.is_a?(Hash) && doc.dig("shared", "frames").is_a?(Array)
+      bad.("no profiles") unless doc["profiles"].is_a?(Array)
+      frames = doc["shared"]["frames"].each_with_index.map do |f, i|
+        bad.("frame #{i} is not an object with a name") unless f.is_a?(Hash) && f["name"].is_a?(String)
+        name = f["name"] == "(unknown)" ? "" : f["name"]
+        [f["file"].is_a?(String) ? f["file"] : "", name, f["line"].is_a?(Integer) ? f["line"] : 0].freeze
+      end
+      mode = doc["name"].to_s[/\Arperf (cpu|wall) profile\z/, 1]
+      units = []
+      builder = Builder.new
+      doc["profiles"].each_with_index do |prof, pi|
+        next if prof.is_a?(Hash) && prof["name"] == "empty" && prof["samples"] == []
+        bad.("profile #{pi} is not an object") unless prof.is_a?(Hash)
+        unless prof["type"] == "sampled"
+          bad.("profile #{pi} has type #{prof['type'].inspect}; only sampled profiles are read")
+        end
+        samples, weights = prof["samples"], prof["weights"]
+        unless samples.is_a?(Array) && weights.is_a?(Array) && samples.size == weights.size
+          bad.("profile #{pi}: samples and weights must be arrays of one length")
+        end
+        units << prof["unit"].to_s
+        name = prof["name"].to_s
+        seq = name[/\Athread (\d+)/, 1].to_i
+        thread = { THREAD_LABEL => seq }
+        thread[RACTOR_LABEL] = Regexp.last_match(1).to_i if name =~ / ractor (\d+)\z/
+        builder.thread_name(seq, Regexp.last_match(1)) if name =~ /\Athread \d+ "(.*)"/
+        scale = TIME_UNITS[prof["unit"].to_s] || 1
+        samples.each_with_index do |stack, si|
+          unless stack.is_a?(Array) && stack.all? { |i| i.is_a?(Integer) && i >= 0 && i < frames.size }
+            bad.("profile #{pi} sample #{si}: frame indices must be integers below #{frames.size}")
+          end
+          w = weights[si]
+          bad.("profile #{pi} sample #{si}: weight must be a number") unless w.is_a?(Numeric)
+          next unless w.positive?
+
+          builder.add(stack.reverse.map { |i| frames[i] }, (w * scale).round, seq.zero? ? nil : thread)
+        end
+      end
+      unit = units.uniq.size <= 1 ? units.first || "nanoseconds" : bad.("profiles with different units")
+      data = builder.data(mode: mode == "wall" ? :wall : :cpu, frequency: 0)
+      Profile.new(file: path, format: :json, type: mode || "samples",
+                  unit: TIME_UNITS[unit] ? "nanoseconds" : unit, data: data)
+    end
+
+    # Collects samples into the result Hash shape: user labels become label
+    # sets, the thread_seq and ractor labels the sample's thread and
+    # :threads.
+    class Builder
+      def initialize
+        @samples = []
+        @sets = { {} => 0 }
+        @threads = {}
+        @names = {}
+      end
+
+      def thread_name(seq, name)
+        @names[seq] = name
+      end
+
+      def add(frames, weight, labels)
+        seq = 0
+        set = 0
+        ractor = nil
+        if labels
+          user = {}
+          labels.each do |k, v|
+            case k
+            when THREAD_LABEL then seq = v if v.is_a?(Integer) && v.between?(0, 0xffffffff)
+            when RACTOR_LABEL then ractor = v if v.is_a?(Integer) && v.between?(0, 0xffffffff)
+            else user[k.to_sym] = v
+            end
+          end
+          @threads[seq] ||= ractor || 0 if seq.positive?
+          set = (@sets[user] ||= @sets.size) unless user.empty?
+        end
+        @samples << [frames, weight, seq, set]
+      end
+
+      def data(mode:, frequency:)
+        {
+          mode: mode, frequency: frequency, aggregated_samples: @samples,
+          label_sets: @sets.keys,
+          threads: @threads.sort.map do |seq, ractor|
+            { thread_seq: seq, ractor_id: ractor, name: @names[seq], native_tid: nil }
+          end,
+        }
+      end
+    end
+
+    # ---- filtering ---------------------------------------------------------
+
+    # A copy of `profile` keeping the samples that go through a frame
+    # matching `focus` (function name or file), none matching `ignore`, on
+    # one of `threads` (thread_seq Integers, empty = any) and carrying every
+    # label of `labels` (String key => String value; "thread_seq" and
+    # "ractor" compare with the sample's thread and Ractor).
+    def filter(profile, focus: nil, ignore: nil, threads: [], labels: {})
+      data = profile.data
+      return profile if focus.nil? && ignore.nil? && threads.empty? && labels.empty?
+
+      ractor_of = data[:threads].to_h { |t| [t[:thread_seq], t[:ractor_id]] }
+      sets = data[:label_sets].map { |h| h.to_h { |k, v| [k.to_s, v.to_s] } }
+      focused = frame_matcher(focus)
+      ignored = frame_matcher(ignore)
+      kept = data[:aggregated_samples].select do |frames, _w, seq, set|
+        next false unless threads.empty? || threads.include?(seq)
+        next false unless labels.all? { |k, v| label_value(k, seq, sets[set], ractor_of) == v }
+        next false if focused && frames.none? { |f| focused[f] }
+        next false if ignored && frames.any? { |f| ignored[f] }
+
+        true
+      end
+      applied = []
+      applied << "--focus #{focus.source}" if focus
+      applied << "--ignore #{ignore.source}" if ignore
+      threads.each { |t| applied << "--thread #{t}" }
+      labels.each { |k, v| applied << "--label #{k}=#{v}" }
+      Profile.new(**profile.to_h, data: data.merge(aggregated_samples: kept),
+                                  filters: [*profile.filters, *applied])
+    end
+
+    # frame -> whether `re` matches its function name or file (memoised per
+    # frame object: frames are shared between samples).
+    def frame_matcher(re)
+      re && Hash.new { |h, f| h[f] = re.match?(f[1]) || re.match?(f[0]) }.compare_by_identity
+    end
+
+    def label_value(key, seq, set, ractor_of)
+      case key
+      when THREAD_LABEL then seq.positive? ? seq.to_s : nil
+      when RACTOR_LABEL then ractor_of[seq]&.positive? ? ractor_of[seq].to_s : nil
+      else set&.[](key)
+      end
+    end
+
+    # ---- tables ------------------------------------------------------------
+
+    # {[path, label] => [flat, cum]} and the total weight. Flat: samples
+    # whose leaf is the function; cum: samples containing it (once each).
+    def functions(profile)
+      keys = Hash.new { |h, f| h[f] = [f[0], f[1].empty? ? "(unknown)" : f[1]].freeze }.compare_by_identity
+      rows = Hash.new { |h, k| h[k] = [0, 0] }
+      total = 0
+      profile.data[:aggregated_samples].each do |frames, w, *|
+        total += w
+        next if frames.empty?
+
+        rows[keys[frames[0]]][0] += w
+        frames.map { |f| keys[f] }.uniq.each { |k| rows[k][1] += w }
+      end
+      [rows, total]
+    end
+
+    def top(profile, limit: 50)
+      rows, total = functions(profile)
+      unit = profile.unit
+      order = rows.sort_by { |(path, label), (flat, cum)| [-flat, -cum, label, path] }
+      shown = order.first(limit)
+      flat_shown = shown.sum { |_, (flat, _)| flat }
+      out = +"File: #{profile.file}\n"
+      out << "Type: #{profile.type} (#{unit})\n"
+      if (d = profile.data[:duration_ns])
+        out << "Duration: #{fmt(d, 'nanoseconds')}, Total samples = #{fmt(total, unit)}"
+        out << " (#{pct(total, d)})" if TIME_UNITS[unit]
+        out << "\n"
+      end
+      out << "Filters: #{profile.filters.join(' ')}\n" if profile.filters&.any?
+      return out << "No samples#{' match the filters' if profile.filters&.any?}.\n" if order.empty?
+
+      out << "Showing top #{shown.size} of #{order.size} functions, accounting for " \
+             "#{fmt(flat_shown, unit)} (#{pct(flat_shown, total)} of #{fmt(total, unit)} total)\n"
+      out << format("%10s %7s %7s %10s %7s  %s\n", "flat", "flat%", "sum%", "cum", "cum%", "function")
+      sum = 0
+      shown.each do |key, (flat, cum)|
+        sum += flat
+        out << format("%10s %7s %7s %10s %7s  %s\n", fmt(flat, unit), pct(flat, total), pct(sum, total),
+                      fmt(cum, unit), pct(cum, total), name(key))
+      end
+      out
+    end
+
+    # Encode the profile with any exporter (:text, :collapsed, :pprof, …
+    # and the HTML exporter where registered). `opts`: Rperf::Text's.
+    def export(profile, exporter, **opts)
+      if exporter.to_sym == :text
+        unless profile.unit == "nanoseconds"
+          raise Error, "#{profile.file}: --text needs a time profile; this one counts #{profile.unit} " \
+                       "(#{profile.type}): use --top"
+        end
+        return Rperf::Text.encode(profile.data, **opts)
+      end
+      Rperf._encode(exporter.to_s, profile.data, nil)
+    end
+
+    # Per-function change from `base` to `target`, sorted by the absolute
+    # change of flat, then of cum.
+    def diff(base, target, limit: 50)
+      if base.unit != target.unit
+        raise Error, "cannot compare #{base.file} (#{base.type}, #{base.unit}) with " \
+                     "#{target.file} (#{target.type}, #{target.unit})"
+      end
+      unit = base.unit
+      brows, btotal = functions(base)
+      trows, ttotal = functions(target)
+      zero = [0, 0].freeze
+      deltas = (brows.keys | trows.keys).filter_map do |k|
+        b = brows.fetch(k, zero)
+        t = trows.fetch(k, zero)
+        df = t[0] - b[0]
+        dc = t[1] - b[1]
+        [k, df, dc, b, t] unless df.zero? && dc.zero?
+      end
+      deltas.sort_by! { |k, df, dc, *| [-df.abs, -dc.abs, k[1], k[0]] }
+      out = +"Base:   #{base.file} (#{base.type}, #{fmt(btotal, unit)} total)\n"
+      out << "Target: #{target.file} (#{target.type}, #{fmt(ttotal, unit)} total)\n"
+      out << "Change: #{signed(ttotal - btotal, unit)}"
+      out << " (#{btotal.zero? ? 'n/a' : signed_pct(ttotal - btotal, btotal)})\n"
+      return out << "No function changed.\n" if deltas.empty?
+
+      shown = deltas.first(limit)
+      out << "Showing top #{shown.size} of #{deltas.size} changed functions, sorted by |flat Δ|\n"
+      out << format("%11s %11s %12s %12s  %s\n", "flat Δ", "cum Δ", "base flat", "target flat", "function")
+      shown.each do |k, df, dc, b, t|
+        out << format("%11s %11s %12s %12s  %s\n", signed(df, unit), signed(dc, unit), fmt(b[0], unit),
+                      fmt(t[0], unit), name(k))
+      end
+      out
+    end
+
+    # ---- formatting --------------------------------------------------------
+
+    def name(key)
+      path, label = key
+      path.empty? ? label : "#{label} (#{path})"
+    end
+
+    # A value with the unit scaled to its size, pprof-style: 140ms, 1.20s, 512kB.
+    def fmt(value, unit)
+      return "0" if value.zero?
+
+      v, u = scale(value, unit)
+      s = format("%.2f", v).delete_suffix(".00")
+      "#{s}#{u}"
+    end
+
+    def scale(value, unit)
+      a = value.abs
+      if TIME_UNITS[unit]
+        ns = value * TIME_UNITS[unit]
+        a = ns.abs
+        return [ns / 3.6e12, "hrs"] if a >= 3.6e12
+        return [ns / 1e9, "s"] if a >= 1e9
+        return [ns / 1e6, "ms"] if a >= 1e6
+        return [ns / 1e3, "us"] if a >= 1e3
+
+        [ns.to_f, "ns"]
+      elsif BYTE_UNITS.include?(unit)
+        %w[TB GB MB kB].each_with_index do |u, i|
+          f = 1024.0**(4 - i)
+          return [value / f, u] if a >= f
+        end
+        [value.to_f, "B"]
+      else
+        [value.to_f, ""]
+      end
+    end
+
+    def signed(value, unit)
+      value.positive? ? "+#{fmt(value, unit)}" : fmt(value, unit)
+    end
+
+    def pct(part, whole)
+      whole.zero? ? "0%" : format("%.2f%%", part * 100.0 / whole)
+    end
+
+    def signed_pct(part, whole)
+      (part.positive? ? "+" : "") + pct(part, whole)
+    end
+  end
+end

@@ -1,0 +1,2 @@
+# Empty dependencies file for test_exporter_formats.
+# This may be replaced when dependencies are built.
