@@ -27,14 +27,15 @@
 # part (one start, a snapshot(clear: true) per window). Per window a child
 # reports, measured inside the served process:
 #   rss       VmRSS (/proc/self/status) at the window's end, after the
-#             snapshot and the forced minor GCs below
+#             snapshot
 #   gc ms     GC.stat(:time) delta over the window (requests + snapshot),
 #             with the minor/major GC counts of the window
 #   ms/minor  gc ms / minor GCs, for windows without a major GC
 #   mark ms   wall time of one forced minor GC (GC.start(full_mark:
 #             false, immediate_sweep: false): marking, sweeping left lazy;
-#             median of 5): what every minor GC pays for the profiler's
-#             mark function
+#             median of 5) at the window's end, before the snapshot: what a
+#             minor GC costs with a full window of profile data (the forced
+#             GCs are counted in the next window's gc ms)
 #   heap MiB  Ruby's object heap (allocated pages), old k = old objects
 #             (thousands): how much of the RSS is Ruby objects
 #   req/s     requests of the window / their wall time (client side for the
@@ -57,6 +58,7 @@
 # Options: --scale=F (requests and URLs x F), --requests=N (server part;
 #          the in-process part gets 4 N), --part=server|inproc (default
 #          both), --configs=off,raw,normalized, --max-label-sets=N,
+#          --backend=signal|nanosleep (default: Rperf's default, :signal),
 #          --json (one "RPERF_SOAK {json}" line per part).
 # tests/ruby/test_soak.rb runs a short version through RperfSoak.run.
 
@@ -120,13 +122,14 @@ module RperfSoak
     end
   end
 
-  def app(config, max_label_sets)
+  def app(config, max_label_sets, backend)
     inner = App.new
     return inner if config == "off"
 
     require "rperf"
     require "rperf/middleware"
-    Rperf.start(frequency: 1000, mode: :wall, **(max_label_sets ? { max_label_sets: max_label_sets } : {}))
+    Rperf.start(frequency: 1000, mode: :wall, backend: backend&.to_sym,
+                **(max_label_sets ? { max_label_sets: max_label_sets } : {}))
     Rperf::Middleware.new(inner, label: config.to_sym)
   end
 
@@ -152,6 +155,7 @@ module RperfSoak
 
   # Closes a window: snapshot(clear: true), then the window's figures.
   def window_end(config, gc0)
+    mark_ms = forced_minor_mark_ms # the window's state, before the clear
     t = mono
     res = config == "off" ? nil : Rperf.snapshot(clear: true)
     snap_ms = (mono - t) * 1000
@@ -168,17 +172,17 @@ module RperfSoak
                  "threads" => Thread.list.size)
     end
     res = sets = used = nil # rubocop:disable Lint/UselessAssignment
-    fig["mark_ms"] = forced_minor_mark_ms
+    fig["mark_ms"] = mark_ms
     fig["rss_kib"] = rss_kib
     fig["heap_kib"] = GC.stat(:heap_allocated_pages) * GC::INTERNAL_CONSTANTS[:HEAP_PAGE_SIZE] / 1024
     fig["old_k"] = GC.stat(:old_objects) / 1000
     fig
   end
 
-  def child_main(part, config, max_label_sets)
+  def child_main(part, config, max_label_sets, backend)
     load_rack!
     $stdout.sync = true
-    app = app(config, max_label_sets)
+    app = app(config, max_label_sets, backend)
     if part == "server"
       log = WEBrick::Log.new(File::NULL)
       server = WEBrick::HTTPServer.new(BindAddress: "127.0.0.1", Port: 0, Logger: log, AccessLog: [],
@@ -223,8 +227,9 @@ module RperfSoak
 
   Child = Struct.new(:config, :io, :pid, :port)
 
-  def spawn_child(part, config, lib, max_label_sets)
+  def spawn_child(part, config, lib, max_label_sets, backend)
     args = [RbConfig.ruby, "-I", lib, __FILE__, "--child=#{part}:#{config}"]
+    args << "--backend=#{backend}" if backend
     args << "--max-label-sets=#{max_label_sets}" if max_label_sets
     io = IO.popen(args, "r+")
     hello = JSON.parse(io.gets || raise("soak: #{config} child exited at start"))
@@ -270,8 +275,9 @@ module RperfSoak
   end
 
   # Runs one part; -> { "windows" => [{config => figures}, ...], ... }
-  def run(part:, requests:, urls:, window:, configs: CONFIGS, lib: LIB, max_label_sets: nil, progress: nil)
-    children = configs.map { |c| spawn_child(part, c, lib, max_label_sets) }
+  def run(part:, requests:, urls:, window:, configs: CONFIGS, lib: LIB, max_label_sets: nil, backend: nil,
+          progress: nil)
+    children = configs.map { |c| spawn_child(part, c, lib, max_label_sets, backend) }
     windows = []
     from = 0
     (requests.to_f / window).ceil.times do |w|
@@ -378,7 +384,8 @@ module RperfSoak
   end
 
   def options(argv)
-    o = { scale: 1.0, requests: nil, parts: PARTS.keys, configs: CONFIGS, max_label_sets: nil, json: false }
+    o = { scale: 1.0, requests: nil, parts: PARTS.keys, configs: CONFIGS, max_label_sets: nil, backend: nil,
+          json: false }
     argv.each do |a|
       case a
       when /\A--scale=(.+)\z/ then o[:scale] = Float(Regexp.last_match(1))
@@ -390,10 +397,11 @@ module RperfSoak
         bad = o[:configs] - CONFIGS
         abort "soak: --configs accepts #{CONFIGS.join(', ')}; got #{bad.join(', ')}" unless bad.empty?
       when /\A--max-label-sets=(\d+)\z/ then o[:max_label_sets] = Integer(Regexp.last_match(1))
+      when /\A--backend=(signal|nanosleep)\z/ then o[:backend] = Regexp.last_match(1)
       when "--json" then o[:json] = true
       when /\A--child=/ then nil
       else abort "soak: unknown option #{a} (--scale=F --quick --requests=N --part=server|inproc " \
-                 "--configs=LIST --max-label-sets=N --json)"
+                 "--configs=LIST --max-label-sets=N --backend=signal|nanosleep --json)"
       end
     end
     o
@@ -410,17 +418,18 @@ module RperfSoak
   def main(argv)
     if (child = argv.find { |a| a.start_with?("--child=") })
       part, config = child.delete_prefix("--child=").split(":")
-      return child_main(part, config, options(argv)[:max_label_sets])
+      o = options(argv)
+      return child_main(part, config, o[:max_label_sets], o[:backend])
     end
     o = options(argv)
     lib = ENV["RPERF_BUILD_DIR"] ? File.join(ENV["RPERF_BUILD_DIR"], "lib") : LIB
     $stdout.sync = true
-    puts "soak: Ruby #{RUBY_VERSION}, #{Etc.nprocessors} CPUs, load #{File.read('/proc/loadavg').split[0, 3].join(' ')}"
+    puts "soak: Ruby #{RUBY_VERSION}, #{Etc.nprocessors} CPUs, backend #{o[:backend] || 'default'}, load #{File.read('/proc/loadavg').split[0, 3].join(' ')}"
     o[:parts].each do |part|
       requests, urls, window = sizes(part, o)
       t = mono
       res = run(part: part, requests: requests, urls: urls, window: window, configs: o[:configs], lib: lib,
-                max_label_sets: o[:max_label_sets],
+                max_label_sets: o[:max_label_sets], backend: o[:backend],
                 progress: ->(w, _) { $stderr.print "\r#{part}: window #{w + 1}" })
       $stderr.puts
       print_window_table($stdout, res)
