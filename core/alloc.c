@@ -15,6 +15,7 @@
 #include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 typedef void *(*mallocx_fn)(size_t, int);
 typedef void (*sdallocx_fn)(void *, size_t, int);
@@ -96,6 +97,32 @@ void rperf__free(void *p, size_t size)
     atomic_fetch_sub_explicit(&A.bytes, size, memory_order_relaxed);
     if (A.use_jemalloc) A.sdallocx(p, size, A.flags);
     else free(p);
+}
+
+/* Zeroed page-sized blocks (ring segments). With libc they are mapped and
+ * unmapped directly: a server that starts a thread per connection allocates
+ * a ring per thread on that thread's malloc arena and frees it from the
+ * worker's, which left glibc's arenas fragmented and RSS creeping up by
+ * megabytes per thousand threads; unmapped pages go back to the system at
+ * once. jemalloc's private arena handles this itself. */
+void *rperf__alloc_pages(size_t size)
+{
+    if (A.use_jemalloc) return rperf__calloc(1, size);
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    atomic_fetch_add_explicit(&A.bytes, size, memory_order_relaxed);
+    return p;
+}
+
+void rperf__free_pages(void *p, size_t size)
+{
+    if (!p) return;
+    if (A.use_jemalloc) {
+        rperf__free(p, size);
+        return;
+    }
+    atomic_fetch_sub_explicit(&A.bytes, size, memory_order_relaxed);
+    munmap(p, size);
 }
 
 /* ---- ck_ht allocator: deferred frees go through the worker's epoch ------ */

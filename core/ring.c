@@ -37,7 +37,7 @@ static rperf_ring_seg_t *seg_new(uint32_t slots)
 {
     rperf_ring_seg_t *seg = rperf__calloc(1, sizeof(*seg));
     if (!seg) return NULL;
-    seg->buf = rperf__calloc(slots, sizeof(ck_ring_buffer_t));
+    seg->buf = rperf__alloc_pages((size_t)slots * sizeof(ck_ring_buffer_t));
     if (!seg->buf) {
         rperf__free(seg, sizeof(*seg));
         return NULL;
@@ -49,7 +49,7 @@ static rperf_ring_seg_t *seg_new(uint32_t slots)
 
 static void seg_free(rperf_ring_seg_t *seg)
 {
-    rperf__free(seg->buf, (size_t)seg->slots * sizeof(ck_ring_buffer_t));
+    rperf__free_pages(seg->buf, (size_t)seg->slots * sizeof(ck_ring_buffer_t));
     rperf__free(seg, sizeof(*seg));
 }
 

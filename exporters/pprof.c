@@ -12,7 +12,10 @@
  *                    location_id (packed, leaf first), value (packed,
  *                    [weight_ns]), labels: {thread_seq: num} when > 0,
  *                    {ractor: num} when the view knows the thread's Ractor,
- *                    then one {key: str} per user label
+ *                    then one {key: str} per user label, except the
+                    reserved key "pid" with a decimal integer value,
+                    written {key: num} (the rperf command's per-process
+                    label, docs/cli.md)
  *   4  location      one per view frame: id = frame index + 1, one Line
  *                    {function_id = id, line = frame line when known}
  *   5  function      one per view frame: id, name, filename, start_line
@@ -44,7 +47,9 @@ typedef struct {
     rperf__buf_t scratch;        /* UTF-8 sanitising */
     rperf__strmap_t strings;
     uint32_t *fn_name, *fn_file; /* per view frame */
-    uint32_t *label_kv;          /* per label: key id, value id */
+    uint32_t *label_kv;          /* per label: key id, value id (unused when numeric) */
+    int64_t *label_num;          /* per label: the value of a numeric label */
+    unsigned char *label_is_num; /* per label: written as Label.num */
     size_t *set_first;           /* per label set: first index in label_kv / 2 */
     rperf__seqmap_t stacks;      /* key: thread_seq, label_set_id, frames…; sum: weight */
     rperf__buf_t key;            /* scratch key */
@@ -124,6 +129,46 @@ intern_cstr(pprof_state_t *st, const char *s, uint32_t *id)
     return intern(st, s, strlen(s), id);
 }
 
+/* The one label key whose value, when it is a decimal integer, is written
+ * as a numeric label (Label.num) instead of a string: the process id the
+ * rperf command gives every sample when it merges a run's processes. */
+#define NUM_LABEL_KEY "pid"
+
+/* Is (key, value) a numeric label? Only the canonical decimal form of an
+ * int64 qualifies ("-12", "0", "4711"; not "007", "+1", "1e3", ""), so
+ * the value reads back as the same string. */
+static int
+num_label(rperf_str_t key, rperf_str_t value, int64_t *num)
+{
+    if (key.len != sizeof NUM_LABEL_KEY - 1 || memcmp(key.ptr, NUM_LABEL_KEY, key.len) != 0)
+        return 0;
+    const char *p = value.ptr, *end = value.ptr + value.len;
+    int neg = p < end && *p == '-';
+    p += neg;
+    if (p == end || (*p == '0' && (end - p > 1 || neg)))
+        return 0;
+    uint64_t v = 0, limit = neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
+    for (; p < end; p++) {
+        if (*p < '0' || *p > '9')
+            return 0;
+        uint64_t d = (uint64_t)(*p - '0');
+        if (v > (limit - d) / 10)
+            return 0;
+        v = v * 10 + d;
+    }
+    *num = neg ? (int64_t)(0 - v) : (int64_t)v;
+    return 1;
+}
+
+/* Body size of label `at`: {1: key, 2: str} or {1: key, 3: num}. */
+static size_t
+label_size(const pprof_state_t *st, size_t at)
+{
+    return field_varint_size(1, st->label_kv[2 * at]) +
+           (st->label_is_num[at] ? field_varint_size(3, (uint64_t)st->label_num[at])
+                                 : field_varint_size(2, st->label_kv[2 * at + 1]));
+}
+
 /* ---- encoding steps ---- */
 
 /* ValueType message body {1: type, 2: unit}. */
@@ -199,12 +244,12 @@ put_samples(pprof_state_t *st, const rperf_profile_view_t *v, uint32_t s_thread_
             }
         }
         uint32_t nlabels = 0;
-        const uint32_t *kv = NULL;
+        size_t first = 0;
         if (set && set < v->label_set_count) {
             nlabels = v->label_sets[set].count;
-            kv = st->label_kv + 2 * st->set_first[set];
+            first = st->set_first[set];
             for (uint32_t l = 0; l < nlabels; l++) {
-                size_t lb = field_varint_size(1, kv[2 * l]) + field_varint_size(2, kv[2 * l + 1]);
+                size_t lb = label_size(st, first + l);
                 body += 1 + varint_size(lb) + lb;
             }
         }
@@ -236,12 +281,14 @@ put_samples(pprof_state_t *st, const rperf_profile_view_t *v, uint32_t s_thread_
                 put_field_varint(b, 3, ractor);
             }
         }
-        for (uint32_t l = 0; l < nlabels; l++) {
-            size_t lb = field_varint_size(1, kv[2 * l]) + field_varint_size(2, kv[2 * l + 1]);
+        for (size_t at = first; at < first + nlabels; at++) {
             put_tag(b, 3, 2);
-            put_varint(b, lb);
-            put_field_varint(b, 1, kv[2 * l]);
-            put_field_varint(b, 2, kv[2 * l + 1]);
+            put_varint(b, label_size(st, at));
+            put_field_varint(b, 1, st->label_kv[2 * at]);
+            if (st->label_is_num[at])
+                put_field_varint(b, 3, (uint64_t)st->label_num[at]);
+            else
+                put_field_varint(b, 2, st->label_kv[2 * at + 1]);
         }
     }
     return 0;
@@ -338,7 +385,9 @@ pprof_encode_state(pprof_state_t *st, const rperf_profile_view_t *v)
     if (v->label_set_count) {
         st->set_first = malloc(v->label_set_count * sizeof *st->set_first);
         st->label_kv = malloc((nlabels ? nlabels : 1) * 2 * sizeof *st->label_kv);
-        if (!st->set_first || !st->label_kv)
+        st->label_num = malloc((nlabels ? nlabels : 1) * sizeof *st->label_num);
+        st->label_is_num = malloc(nlabels ? nlabels : 1);
+        if (!st->set_first || !st->label_kv || !st->label_num || !st->label_is_num)
             return -ENOMEM;
     }
     size_t at = 0;
@@ -346,8 +395,11 @@ pprof_encode_state(pprof_state_t *st, const rperf_profile_view_t *v)
         st->set_first[i] = at;
         for (uint32_t l = 0; l < v->label_sets[i].count; l++, at++) {
             const rperf_view_label_t *lb = &v->label_sets[i].labels[l];
+            st->label_is_num[at] = (unsigned char)num_label(lb->key, lb->value, &st->label_num[at]);
+            st->label_kv[2 * at + 1] = 0;
             if ((rc = intern(st, lb->key.ptr, lb->key.len, &st->label_kv[2 * at])) ||
-                (rc = intern(st, lb->value.ptr, lb->value.len, &st->label_kv[2 * at + 1])))
+                (!st->label_is_num[at] &&
+                 (rc = intern(st, lb->value.ptr, lb->value.len, &st->label_kv[2 * at + 1]))))
                 return rc;
         }
     }
@@ -423,6 +475,8 @@ pprof_encode(const rperf_profile_view_t *v, const rperf_export_options_t *opts, 
     free(st.fn_name);
     free(st.fn_file);
     free(st.label_kv);
+    free(st.label_num);
+    free(st.label_is_num);
     free(st.set_first);
     rperf__buf_free(&st.key);
     return rc;

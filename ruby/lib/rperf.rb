@@ -100,12 +100,98 @@ module Rperf
       run = @run || {}
       @run = nil
       finish_result(data)
+      if run[:child_stats] && !File.directory?(File.dirname(run[:child_stats]))
+        warn "rperf: process #{Process.pid} exited after the profiled command; its profile is left out"
+        run = run.merge(output: nil, child_stats: nil)
+      end
       write_output(data, run) if run[:output]
+      write_child_stats(data, run) if run[:child_stats]
       report_verbose(data) if run[:verbose]
       report_stat(data, run) if run[:stat]
       data
     end
     private :__finish_stop
+
+    # ---- runs of the rperf command (RPERF_CHILD_DIR, docs/cli.md) ----------
+    #
+    # Under the rperf command every Ruby process of the command (the command
+    # itself, its forks, the Ruby processes it spawns) profiles itself into
+    # the run's private directory: the profile as pprof in <dir>/<pid>.pb.gz,
+    # its counters (samples, GC, memory, context switches) in
+    # <dir>/<pid>.stat.json. The command merges them into one output at exit
+    # (ruby/lib/rperf/cli.rb) and prints the stats block itself.
+
+    # Start the command's run in this process (env auto-start, and again in
+    # a fork child). `opts`: Rperf.start's options from the environment. A
+    # process started after the command has exited (the directory is gone)
+    # is not profiled.
+    def __start_child_run(dir, opts, stat_base = nil)
+      return unless File.directory?(dir)
+
+      @child_run = [dir, opts]
+      start(**opts.merge(output: File.join(dir, "#{Process.pid}.pb.gz"), exporter: :pprof, stat: false))
+      @run[:child_stats] = File.join(dir, "#{Process.pid}.stat.json")
+      @run[:stat_base] = stat_base
+      nil
+    end
+
+    # [dir, opts] when the command's run is the one going (ForkHook).
+    def __child_run_going
+      @child_run if @run && @run[:child_stats] && running?
+    end
+
+    # In a fork child (ForkHook): the inherited run was dropped; start the
+    # command's run again for this process. GC and allocation counts are
+    # the parent's at this point: the child reports what it adds to them.
+    def __restart_child_run(child_run)
+      dir, opts = child_run
+      __start_child_run(dir, opts, stat_counters.slice(*STAT_SINCE_FORK))
+    rescue StandardError => e
+      warn "rperf: could not profile forked process #{Process.pid}: #{e.message}"
+    end
+
+    # The stats block's lines (report_stat, and the rperf command with the
+    # counters of every process summed): `c` holds the counters
+    # (stat_counters' keys plus user_ms, sys_ms, real_ms), `data` the
+    # samples.
+    def __stat_lines(command, c, data, report: false)
+      lines = ["", " Performance stats for '#{command}':", ""]
+      lines << stat_line(fmt_ms(c["user_ms"]), "ms", "user")
+      lines << stat_line(fmt_ms(c["sys_ms"]), "ms", "sys")
+      lines << stat_line(fmt_ms(c["real_ms"]), "ms", "real")
+      samples = data[:aggregated_samples] || []
+      total = samples.sum { |s| s[1] }
+      if total.positive?
+        by = Hash.new(0)
+        samples.each do |frames, w|
+          by[STAT_CATEGORIES.fetch(frames[0] && frames[0][1], "CPU execution")] += w
+        end
+        lines << ""
+        (["CPU execution"] + STAT_CATEGORIES.values).each do |cat|
+          next unless by[cat].positive?
+          lines << format("%14s ms %5.1f%%  %s", fmt_ms(by[cat] / 1e6), 100.0 * by[cat] / total, cat)
+        end
+      end
+      lines << format("%14d     [Ruby] detected threads", c["threads"]) if c["threads"].positive?
+      lines << format("%14s ms   [Ruby] GC time (%d count: %d minor, %d major)", fmt_ms(c["gc_time_ms"].to_f),
+                      c["gc_count"], c["minor_gc_count"], c["major_gc_count"])
+      lines << format("%14d     [Ruby] allocated objects", c["allocated"])
+      lines << format("%14d     [Ruby] freed objects", c["freed"])
+      lines << format("%14s MB   [OS] peak memory (maxrss)", fmt_ms(c["maxrss_kb"] / 1024.0)) if c["maxrss_kb"]
+      if c["voluntary"] && c["involuntary"]
+        lines << format("%14d     [OS] context switches (%d voluntary, %d involuntary)",
+                        c["voluntary"] + c["involuntary"], c["voluntary"], c["involuntary"])
+      end
+      if report && defined?(Rperf::Text)
+        lines << ""
+        lines << Rperf::Text.encode(data, header: false)
+      end
+      lines << ""
+      overhead = c["real_ms"].positive? ? c["sampling_time_ns"] / 1e6 / c["real_ms"] * 100 : 0
+      lines << format("  %d samples / %d triggers, %.1f%% profiler overhead",
+                      c["samples"], c["triggers"], overhead)
+      lines << ""
+    end
 
     # Rperf.label(**labels) { ... } and Rperf.labels are defined in C
     # (ruby/labels.c), so that tracers see no helper calls: label merges
@@ -259,64 +345,63 @@ module Rperf
     }.freeze
 
     def stat_line(value, unit, label)
-      warn format("%14s %-4s %s", value, unit, label)
+      format("%14s %-4s %s", value, unit, label)
+    end
+
+    # Counters a fork child inherits from its parent (reported as deltas).
+    STAT_SINCE_FORK = %w[gc_time_ms gc_count minor_gc_count major_gc_count allocated freed].freeze
+
+    # This process's counters for the stats block; `data`'s sampling
+    # counters when given.
+    def stat_counters(data = nil)
+      gc = GC.stat
+      c = { "gc_time_ms" => gc[:time].to_f, "gc_count" => gc[:count], "minor_gc_count" => gc[:minor_gc_count],
+            "major_gc_count" => gc[:major_gc_count], "allocated" => gc[:total_allocated_objects],
+            "freed" => gc[:total_freed_objects] }
+      status = File.exist?("/proc/self/status") ? File.read("/proc/self/status") : ""
+      c["maxrss_kb"] = status[/^VmHWM:\s+(\d+)/, 1]&.to_i
+      c["voluntary"] = status[/^voluntary_ctxt_switches:\s+(\d+)/, 1]&.to_i
+      c["involuntary"] = status[/^nonvoluntary_ctxt_switches:\s+(\d+)/, 1]&.to_i
+      if data
+        c.merge!("threads" => data[:detected_thread_count], "samples" => data[:sampling_count],
+                 "triggers" => data[:trigger_count], "sampling_time_ns" => data[:sampling_time_ns])
+      end
+      c
     end
 
     def report_stat(data, run)
       real = Process.clock_gettime(Process::CLOCK_MONOTONIC) - run[:started_at]
       t = Process.times
-      warn ""
-      warn " Performance stats for '#{ENV['RPERF_STAT_COMMAND'] || '(unknown)'}':"
-      warn ""
-      stat_line(fmt_ms(t.utime * 1000), "ms", "user")
-      stat_line(fmt_ms(t.stime * 1000), "ms", "sys")
-      stat_line(fmt_ms(real * 1000), "ms", "real")
-      samples = data[:aggregated_samples] || []
-      total = samples.sum { |s| s[1] }
-      if total.positive?
-        by = Hash.new(0)
-        samples.each do |frames, w|
-          by[STAT_CATEGORIES.fetch(frames[0] && frames[0][1], "CPU execution")] += w
-        end
-        warn ""
-        (["CPU execution"] + STAT_CATEGORIES.values).each do |cat|
-          next unless by[cat].positive?
-          warn format("%14s ms %5.1f%%  %s", fmt_ms(by[cat] / 1e6), 100.0 * by[cat] / total, cat)
-        end
-      end
-      gc = GC.stat
-      warn format("%14d     [Ruby] detected threads", data[:detected_thread_count]) if data[:detected_thread_count].positive?
-      warn format("%14s ms   [Ruby] GC time (%d count: %d minor, %d major)", fmt_ms(gc[:time].to_f),
-                  gc[:count], gc[:minor_gc_count], gc[:major_gc_count])
-      warn format("%14d     [Ruby] allocated objects", gc[:total_allocated_objects])
-      warn format("%14d     [Ruby] freed objects", gc[:total_freed_objects])
-      status = File.exist?("/proc/self/status") ? File.read("/proc/self/status") : ""
-      if (hwm = status[/^VmHWM:\s+(\d+)/, 1])
-        warn format("%14s MB   [OS] peak memory (maxrss)", fmt_ms(hwm.to_i / 1024.0))
-      end
-      vol = status[/^voluntary_ctxt_switches:\s+(\d+)/, 1]
-      invol = status[/^nonvoluntary_ctxt_switches:\s+(\d+)/, 1]
-      if vol && invol
-        warn format("%14d     [OS] context switches (%d voluntary, %d involuntary)",
-                    vol.to_i + invol.to_i, vol.to_i, invol.to_i)
-      end
-      if ENV["RPERF_STAT_REPORT"] == "1" && defined?(Rperf::Text)
-        warn ""
-        warn Rperf::Text.encode(data, header: false)
-      end
-      warn ""
-      overhead = real.positive? ? data[:sampling_time_ns] / 1e9 / real * 100 : 0
-      warn format("  %d samples / %d triggers, %.1f%% profiler overhead",
-                  data[:sampling_count], data[:trigger_count], overhead)
-      warn ""
+      c = stat_counters(data).merge("user_ms" => t.utime * 1000, "sys_ms" => t.stime * 1000, "real_ms" => real * 1000)
+      warn(*__stat_lines(ENV["RPERF_STAT_COMMAND"] || "(unknown)", c, data,
+                         report: ENV["RPERF_STAT_REPORT"] == "1"))
+    end
+
+    # The counters file of the command's run, written like the profile
+    # (temporary file, then rename: the command never reads half a file).
+    def write_child_stats(data, run)
+      require "json"
+      c = stat_counters(data)
+      run[:stat_base]&.each { |k, v| c[k] -= v }
+      tmp = "#{run[:child_stats]}.#{Process.pid}.tmp"
+      File.write(tmp, ::JSON.generate(c))
+      File.rename(tmp, run[:child_stats])
+    rescue StandardError => e
+      warn "rperf: writing #{run[:child_stats]} failed: #{e.message}"
     end
   end
 
   # Fork: the child starts with a stopped profiler and clean state.
+  # Under the rperf command, the child then starts the command's run
+  # again for itself (its profile goes to the run's directory by its pid).
   module ForkHook
     def _fork
+      child_run = Rperf.__child_run_going
       pid = super
-      Rperf._c_after_fork_child if pid.zero?
+      if pid.zero?
+        Rperf._c_after_fork_child
+        Rperf.__restart_child_run(child_run) if child_run
+      end
       pid
     end
   end
@@ -349,5 +434,9 @@ if ENV["RPERF_ENABLED"] == "1"
   opts[:allow_signal] = true if ENV["RPERF_ALLOW_SIGNAL"] == "1"
   # Stopped at exit by the extension's end proc (ruby/api.c), which runs
   # after the application's at_exit blocks and writes the output.
-  Rperf.start(**opts)
+  if (dir = ENV["RPERF_CHILD_DIR"])
+    Rperf.__start_child_run(dir, opts) # the rperf command's run: it merges the processes' profiles
+  else
+    Rperf.start(**opts)
+  end
 end

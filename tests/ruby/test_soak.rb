@@ -58,9 +58,17 @@ class TestSoak < Test::Unit::TestCase
     # window makes the same work (1,000 threads, 1,000 label sets, ~30,000
     # stacks); if a clear kept what the closed window used, window 4 would
     # hold about twice what window 2 holds. 50 % leaves room for the
-    # allocator's and Ruby's heap growth (measured: within 10-20 %).
-    rss = figs.map { |f| f["rss_kib"] }
-    assert_operator(rss.last, :<, rss[1] * 1.5, "RSS per window (KiB): #{rss.inspect}")
+    # allocator's and Ruby's heap growth (measured: within 10-20 %). Under
+    # RUBY_MN_THREADS=1 Ruby 3.3's own RSS grows with every thread started,
+    # unprofiled too (500 short threads per window: 18 -> 64 MiB over 8
+    # windows), so there the profiler's own memory is checked instead.
+    if ENV["RUBY_MN_THREADS"] == "1"
+      mem = figs.map { |f| f["prof_bytes"] }.compact
+      assert_operator(mem.last, :<, mem[1] * 1.5, "profiler memory per window: #{mem.inspect}") if mem.size > 1
+    else
+      rss = figs.map { |f| f["rss_kib"] }
+      assert_operator(rss.last, :<, rss[1] * 1.5, "RSS per window (KiB): #{rss.inspect}")
+    end
   end
 
   def test_in_process_middleware_raw_and_normalized

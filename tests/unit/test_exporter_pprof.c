@@ -498,6 +498,60 @@ RPERF_TEST(pprof_deep_stack)
     fx_deep_free(&d);
 }
 
+/* The reserved key "pid" with a canonical decimal integer value is a
+ * numeric label (Label.num, no string); any other key or form stays a
+ * string label. */
+RPERF_TEST(pprof_pid_label_is_numeric)
+{
+    static const rperf_view_label_t l_pid[] = { { S("pid"), S("4711") }, { S("endpoint"), S("GET /") } };
+    static const rperf_view_label_t l_neg[] = { { S("pid"), S("-3") } };
+    static const rperf_view_label_t l_zero[] = { { S("pid"), S("007") } };
+    static const rperf_view_label_t l_text[] = { { S("pid"), S("12a") } };
+    static const rperf_view_label_t l_other[] = { { S("port"), S("12") } };
+    static const rperf_view_label_t l_big[] = { { S("pid"), S("9223372036854775808") } };
+    static const rperf_view_label_set_t sets[] = {
+        { NULL, 0 }, { l_pid, 2 }, { l_neg, 1 }, { l_zero, 1 }, { l_text, 1 }, { l_other, 1 }, { l_big, 1 },
+    };
+    static const uint32_t stk[] = {0};
+    rperf_view_sample_t samples[6];
+    for (uint32_t i = 0; i < 6; i++)
+        samples[i] = (rperf_view_sample_t){ stk, 1, 1000 + i, 0, i + 1 };
+    rperf_profile_view_t v = fx_view();
+    v.samples = samples;
+    v.sample_count = 6;
+    v.label_sets = sets;
+    v.label_set_count = 7;
+    size_t len = 0;
+    unsigned char *data = export_pprof(&v, 0, &len);
+    if (!data)
+        return;
+    decode(&pr, data, len);
+    check_structure(&pr);
+    RPERF_CHECK_EQ(pr.nsample, 6);
+    /* samples keep their first-seen order: value 1000 + i has label set i + 1 */
+    static const struct { int num; int64_t n; const char *str; } want[] = {
+        { 1, 4711, NULL }, { 1, -3, NULL }, { 0, 0, "007" }, { 0, 0, "12a" }, { 0, 0, "12" },
+        { 0, 0, "9223372036854775808" },
+    };
+    for (size_t s = 0; s < pr.nsample && s < 6; s++) {
+        RPERF_CHECK_EQ(pr.sample[s].values[0], 1000 + s);
+        RPERF_CHECK(pr.sample[s].nlab >= 1);
+        if (want[s].num) {
+            RPERF_CHECK(str_is(&pr, pr.sample[s].lab_key[0], "pid"));
+            RPERF_CHECK_EQ(pr.sample[s].lab_str[0], 0);
+            RPERF_CHECK_EQ((int64_t)pr.sample[s].lab_num[0], want[s].n);
+        } else {
+            RPERF_CHECK(str_is(&pr, pr.sample[s].lab_str[0], want[s].str));
+            RPERF_CHECK_EQ(pr.sample[s].lab_num[0], 0);
+        }
+    }
+    RPERF_CHECK_EQ(pr.sample[0].nlab, 2);
+    RPERF_CHECK(str_is(&pr, pr.sample[0].lab_str[1], "GET /"));
+    for (size_t i = 0; i < pr.nstr; i++) /* a numeric value is not in the string table */
+        RPERF_CHECK(!str_is(&pr, i, "4711") && !str_is(&pr, i, "-3"));
+    free(data);
+}
+
 RPERF_TEST(pprof_rejects_bad_view)
 {
     rperf_profile_view_t v = fx_view();
@@ -520,5 +574,5 @@ main(void)
     return RPERF_RUN(RPERF_CASE(pprof_fixture_structure), RPERF_CASE(pprof_functions_lines_comments),
                      RPERF_CASE(pprof_samples_labels_merge), RPERF_CASE(pprof_wall_and_gzip_roundtrip),
                      RPERF_CASE(pprof_empty_profile), RPERF_CASE(pprof_deep_stack),
-                     RPERF_CASE(pprof_rejects_bad_view));
+                     RPERF_CASE(pprof_pid_label_is_numeric), RPERF_CASE(pprof_rejects_bad_view));
 }

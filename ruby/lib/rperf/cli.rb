@@ -7,7 +7,14 @@
 # command with `RUBYOPT=-rrperf`, the library on `RUBYLIB` and the settings in
 # `RPERF_*` variables, so that every Ruby started by the command profiles
 # itself through the library's environment auto-start (ruby/lib/rperf.rb).
-# It waits for the command and exits with its status (a command killed by a
+# Every such process (forks and spawned Ruby children too) writes its own
+# pprof, named by its pid, into a private directory of this run
+# (RPERF_CHILD_DIR: $TMPDIR/rperf-run-<cli pid>-<random>, mode 0700); when
+# the command has exited the CLI merges them into one profile with a
+# numeric `pid` label on every sample (Rperf::Report.merge), writes the
+# output / prints the stats block with every process summed, and removes
+# the directory. Directories of runs whose CLI is gone are removed at the
+# next start. It exits with the command's status (a command killed by a
 # signal kills the CLI with the same signal). report/diff read profile files
 # in-process through Rperf::Report (ruby/lib/rperf/report.rb; no Go): a
 # file that cannot be read is one line `rperf: <file>: <why>`, exit status 1.
@@ -15,8 +22,10 @@
 # option; ruby/lib/rperf/help.md is the manual `rperf help` prints.
 
 require "fileutils"
+require "json"
 require "optparse"
 require "rbconfig"
+require "securerandom"
 require "tmpdir"
 
 module Rperf
@@ -32,7 +41,11 @@ module Rperf
     # Variables the CLI owns: unset in the command's environment unless set.
     ENV_KEYS = %w[RPERF_ENABLED RPERF_MODE RPERF_FREQUENCY RPERF_OUTPUT RPERF_FORMAT RPERF_SIGNAL
                   RPERF_BACKEND RPERF_AGGREGATE RPERF_STAT RPERF_VERBOSE RPERF_STAT_COMMAND
-                  RPERF_STAT_REPORT].freeze
+                  RPERF_STAT_REPORT RPERF_CHILD_DIR].freeze
+    # The run's private directory in Dir.tmpdir: rperf-run-<CLI pid>-<random>.
+    RUN_DIR = /\Arperf-run-(\d+)-\h{16}\z/
+    # A process's files in it (ruby/lib/rperf.rb, __start_child_run).
+    CHILD_PROFILE = /\A(\d+)\.pb\.gz\z/
 
     USAGE = <<~TEXT
       Usage: rperf <subcommand> [options] command [args...]
@@ -385,42 +398,179 @@ module Rperf
       end
     end
 
-    def child_env(s, cmd, print_path)
+    # The command's environment: every Ruby process profiles itself into
+    # the run directory `dir` (the output, format and stats are the CLI's).
+    def child_env(s, dir)
       env = ENV_KEYS.to_h { |k| [k, nil] }
       env.merge!(
         "RPERF_ENABLED" => "1",
         "RPERF_MODE" => s.mode,
         "RPERF_FREQUENCY" => s.frequency.to_s,
+        "RPERF_CHILD_DIR" => dir,
         "RUBYOPT" => ["-rrperf", ENV["RUBYOPT"]].compact.reject(&:empty?).join(" "),
         "RUBYLIB" => [*load_dirs, ENV["RUBYLIB"]].compact.reject(&:empty?).join(File::PATH_SEPARATOR),
       )
-      env["RPERF_OUTPUT"] = print_path || s.output || (s.subcommand == "record" ? "rperf.data" : nil)
-      env["RPERF_FORMAT"] = print_path ? "text" : s.format
       env["RPERF_SIGNAL"] = s.signal
       env["RPERF_BACKEND"] = s.backend
       env["RPERF_AGGREGATE"] = "0" unless s.aggregate
       env["RPERF_VERBOSE"] = "1" if s.verbose
-      if s.subcommand != "record"
-        env["RPERF_STAT"] = "1"
-        env["RPERF_STAT_COMMAND"] = cmd.join(" ")
-        env["RPERF_STAT_REPORT"] = "1" if s.report
-      end
       env
     end
 
+    def output_path(s)
+      s.output || (s.subcommand == "record" && !s.print ? "rperf.data" : nil)
+    end
+
+    # An output that cannot be written is a usage error: nothing runs.
+    def check_output(s)
+      path = output_path(s)
+      return unless path
+
+      library.send(:__check_output, path)
+      library.send(:_c_output_release)
+    rescue ArgumentError => e
+      raise UsageError.new("-o/--output #{e.message.delete_prefix('output: ')}", s.subcommand)
+    end
+
     def run_command(s, cmd)
-      dir = s.print ? Dir.mktmpdir("rperf-") : nil # mode 0700
-      print_path = dir && File.join(dir, "profile.txt")
-      env = child_env(s, cmd, print_path)
+      check_output(s)
+      dir = make_run_dir
       # `ruby` means the Ruby rperf was built for (rperf.so is tied to it).
       argv = cmd[0] == "ruby" ? [RbConfig.ruby, *cmd[1..]] : cmd
-      status = spawn_and_wait(env, argv)
+      started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      status = spawn_and_wait(child_env(s, dir), argv)
       return status if status.is_a?(Integer)
 
-      @out.write(File.binread(print_path)) if print_path && File.exist?(print_path)
+      finish_run(s, cmd, dir, Process.clock_gettime(Process::CLOCK_MONOTONIC) - started)
+      remove_run_dir(dir) # before exit_status: it may end this process
+      dir = nil
       exit_status(status)
     ensure
-      FileUtils.remove_entry(dir) if dir && File.directory?(dir)
+      remove_run_dir(dir) if dir
+    end
+
+    # ---- the run directory ------------------------------------------------
+
+    # A new private directory (mode 0700) for this run, after removing
+    # those of runs whose CLI is gone (killed before it could clean up).
+    def make_run_dir
+      tmp = Dir.tmpdir
+      remove_stale_run_dirs(tmp)
+      begin
+        path = File.join(tmp, "rperf-run-#{Process.pid}-#{SecureRandom.hex(8)}")
+        Dir.mkdir(path, 0o700)
+      rescue Errno::EEXIST
+        retry
+      end
+      File.chmod(0o700, path) # whatever the umask
+      path
+    end
+
+    def remove_stale_run_dirs(tmp)
+      Dir.each_child(tmp) do |name|
+        pid = name[RUN_DIR, 1]&.to_i
+        next if pid.nil? || pid == Process.pid || process_alive?(pid)
+
+        path = File.join(tmp, name)
+        st = File.lstat(path)
+        remove_run_dir(path) if st.directory? && st.owned?
+      rescue SystemCallError
+        next # gone meanwhile, or not ours to look at
+      end
+    rescue SystemCallError
+      nil # an unreadable tmpdir: nothing to clean
+    end
+
+    def process_alive?(pid)
+      Process.kill(0, pid)
+      true
+    rescue Errno::ESRCH
+      false
+    rescue Errno::EPERM
+      true # someone else's process
+    end
+
+    def remove_run_dir(dir)
+      FileUtils.remove_entry_secure(dir) if File.directory?(dir)
+    rescue SystemCallError => e
+      @err.puts "rperf: could not remove #{dir}: #{e.message}"
+    end
+
+    # ---- merging the processes' profiles ----------------------------------
+
+    # Read every process's profile (and counters) from the run directory,
+    # merge them, write the output, print the stats block.
+    def finish_run(s, cmd, dir, real)
+      library
+      require "rperf/report"
+      parts = read_run_dir(dir)
+      if parts.empty?
+        @err.puts "rperf: no Ruby process of the command was profiled; " \
+                  "#{s.subcommand == 'record' ? 'no profile written' : 'no stats'}"
+        return
+      end
+      data = Rperf::Report.merge(parts.map { |pid, prof, _| [pid, prof] }).data
+      stats = sum_stats(parts.map(&:last))
+      data[:sampling_count] = stats["samples"]
+      write_output(s, data)
+      return if s.subcommand == "record"
+
+      t = Process.times # the command and every descendant it waited for
+      c = stats.merge("user_ms" => t.cutime * 1000, "sys_ms" => t.cstime * 1000, "real_ms" => real * 1000)
+      @err.puts library.__stat_lines(cmd.join(" "), c, data, report: s.report)
+    end
+
+    # -> [[pid, Profile, counters Hash or nil]], in the order the processes
+    # started (then by pid). A file that cannot be read is reported and
+    # left out.
+    def read_run_dir(dir)
+      parts = Dir.children(dir).filter_map do |name|
+        pid = name[CHILD_PROFILE, 1]&.to_i or next
+        path = File.join(dir, name)
+        begin
+          prof = Rperf::Report.load(path)
+        rescue Rperf::Report::Error => e
+          @err.puts "rperf: process #{pid}: #{e.message.delete_prefix("#{path}: ")}; left out"
+          next
+        end
+        [pid, prof, read_stats(File.join(dir, "#{pid}.stat.json"))]
+      end
+      parts.sort_by { |pid, prof, _| [prof.data[:start_time_ns] || 0, pid] }
+    end
+
+    def read_stats(path)
+      stats = ::JSON.parse(File.read(path))
+      stats.is_a?(Hash) ? stats : nil
+    rescue SystemCallError, ::JSON::ParserError
+      nil
+    end
+
+    STAT_KEYS = %w[gc_time_ms gc_count minor_gc_count major_gc_count allocated freed threads samples
+                   triggers sampling_time_ns voluntary involuntary].freeze
+
+    # The processes' counters summed (peak memory: the largest); a counter
+    # some process could not read (context switches, peak memory) is left
+    # out.
+    def sum_stats(list)
+      list = list.compact
+      sum = STAT_KEYS.to_h { |k| [k, list.sum { |c| c[k].is_a?(Numeric) ? c[k] : 0 }] }
+      %w[voluntary involuntary].each { |k| sum[k] = nil unless list.all? { |c| c[k].is_a?(Integer) } }
+      rss = list.map { |c| c["maxrss_kb"] }
+      sum["maxrss_kb"] = rss.all?(Integer) ? rss.max : nil
+      sum
+    end
+
+    # The merged profile: printed (-p), or written where -o (or record's
+    # default) says, in --format or the suffix's format. A failure is
+    # reported and does not change the exit status.
+    def write_output(s, data)
+      if s.print
+        @out.write(library::Text.encode(data))
+      elsif (path = output_path(s))
+        library.save(path, data, exporter: s.format&.to_sym)
+      end
+    rescue StandardError => e
+      @err.puts "rperf: writing #{s.print ? 'the report' : output_path(s)} failed: #{e.message}"
     end
 
     def spawn_and_wait(env, argv)

@@ -9,6 +9,7 @@
 #   puts Rperf::Report.top(profile, limit: 20)       # like `go tool pprof -top`
 #   puts Rperf::Report.export(profile, :text)        # any exporter on the profile
 #   puts Rperf::Report.diff(base, target, limit: 20) # per-function deltas
+#   merged = Rperf::Report.merge([[pid, profile], ...]) # one profile, a numeric pid label per sample
 #
 # A Profile carries its data in the shape of a stop result Hash
 # (:aggregated_samples [[frames leaf first, weight, thread_seq, label_set_id]],
@@ -41,6 +42,9 @@ module Rperf
     # Labels our pprof encoder writes for every sample (numeric).
     THREAD_LABEL = "thread_seq"
     RACTOR_LABEL = "ractor"
+    # The label merge gives every sample: the process that took it
+    # (written as a numeric pprof label, exporters/pprof.c).
+    PID_LABEL = :pid
 
     module_function
 
@@ -193,6 +197,61 @@ module Rperf
           end,
         }
       end
+    end
+
+    # ---- merging -----------------------------------------------------------
+
+    # One profile from the profiles of several processes of one run
+    # ([[pid, Profile], ...], in that order; the rperf command's child
+    # processes): every sample gets the label `pid` => pid (it replaces a
+    # user label of that name), and each process's threads get thread_seqs
+    # of their own, numbered after the previous process's, so that their
+    # thread tables stay apart. The start is the earliest start, the
+    # duration spans to the latest end. All profiles must count the same
+    # sample type.
+    def merge(parts, file: nil)
+      raise Error, "no profiles to merge" if parts.empty?
+
+      first = parts[0][1]
+      samples = []
+      sets = {}
+      threads = []
+      offset = 0
+      starts = []
+      ends = []
+      parts.each do |pid, prof|
+        if prof.type != first.type || prof.unit != first.unit
+          raise Error, "cannot merge #{prof.file} (#{prof.type}, #{prof.unit}) with " \
+                       "#{first.file} (#{first.type}, #{first.unit})"
+        end
+        d = prof.data
+        set_ids = (d[:label_sets].empty? ? [{}] : d[:label_sets]).map do |h|
+          sets[{ PID_LABEL => pid, **h.except(PID_LABEL) }] ||= sets.size
+        end
+        top = 0
+        d[:aggregated_samples].each do |frames, w, seq, set|
+          seq ||= 0
+          top = seq if seq > top
+          samples << [frames, w, seq.positive? ? seq + offset : 0, set_ids[set || 0]]
+        end
+        d[:threads].each do |t|
+          top = t[:thread_seq] if t[:thread_seq] > top
+          threads << t.merge(thread_seq: t[:thread_seq] + offset)
+        end
+        offset += top
+        if (st = d[:start_time_ns])
+          starts << st
+          ends << st + d[:duration_ns] if d[:duration_ns]
+        end
+      end
+      # label set 0 is the empty set (exporters: no labels); every merged
+      # sample has a pid, so it is unused.
+      data = { mode: first.data[:mode], frequency: first.data[:frequency],
+               aggregated_samples: samples.map { |f, w, t, l| [f, w, t, l + 1] },
+               label_sets: [{}, *sets.keys], threads: threads.sort_by { |t| t[:thread_seq] } }
+      data[:start_time_ns] = starts.min unless starts.empty?
+      data[:duration_ns] = ends.max - starts.min unless ends.empty?
+      Profile.new(file: file, format: first.format, type: first.type, unit: first.unit, data: data)
     end
 
     # ---- filtering ---------------------------------------------------------

@@ -1,0 +1,190 @@
+# frozen_string_literal: true
+
+# tests/ruby/test_cli_children.rb — the `rperf` command profiles every Ruby
+# process of the command: the command itself, its forks and the Ruby
+# processes it spawns each write a profile into the run's private directory
+# (mode 0700, in $TMPDIR), and the CLI merges them into one output with a
+# numeric `pid` label on every sample and each process's threads kept
+# apart; `stat` sums the processes into one block; the directory is
+# removed afterwards, those of dead runs at the next start; the command's
+# exit status is kept. Without the CLI (plain env auto-start) a fork child
+# still starts with a stopped profiler and writes nothing.
+
+require_relative "helper"
+require "rperf/report"
+
+class TestCLIChildren < Test::Unit::TestCase
+  EXE = File.expand_path("../../exe/rperf", __dir__)
+
+  # The command: burns CPU in a method named after the process, forks twice
+  # (Kernel#fork with a block, Process.fork without), spawns a Ruby child,
+  # records every pid and the run directory's mode, exits 5. Each process
+  # works until it has used 40 ms of CPU, so each has samples.
+  BURN = "t = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID); " \
+         "nil while Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID) - t < 0.04"
+  COMMAND = <<~RUBY
+    require "json"
+    def rperf_parent_work = (#{BURN})
+    def rperf_fork_work = (#{BURN})
+    def rperf_forked_again_work = (#{BURN})
+    dir = ENV.fetch("RPERF_CHILD_DIR")
+    File.write("run_dir", format("%s %o\n", dir, File.stat(dir).mode & 0o7777))
+    first = fork { rperf_fork_work }
+    second = Process.fork
+    if second.nil?
+      rperf_forked_again_work
+      exit!(0) if ENV["EXIT_BANG"] # no at_exit: this process writes no profile
+      exit 0
+    end
+    spawned = Process.spawn(RbConfig.ruby, "-e", #{"def rperf_spawned_work = (#{BURN}); rperf_spawned_work".dump})
+    rperf_parent_work
+    [first, second, spawned].each { |pid| Process.wait(pid) }
+    File.write("pids", JSON.generate("parent" => $$, "fork" => first, "fork2" => second, "spawned" => spawned))
+    exit 5
+  RUBY
+
+  def setup
+    @dir = Dir.mktmpdir("rperf-children-test")
+    @tmp = File.join(@dir, "tmp") # the CLI's TMPDIR: run directories go here
+    Dir.mkdir(@tmp, 0o700)
+    File.write(File.join(@dir, "cmd.rb"), COMMAND)
+  end
+
+  def teardown
+    FileUtils.remove_entry(@dir)
+  end
+
+  # -> [stdout, stderr, Process::Status], run in @dir
+  def rperf(*args, env: {})
+    Open3.capture3({ "RUBYOPT" => nil, "RPERF_ENABLED" => nil, "RPERF_CHILD_DIR" => nil,
+                     "TMPDIR" => @tmp }.merge(env), RbConfig.ruby, EXE, *args, chdir: @dir)
+  end
+
+  def pids
+    JSON.parse(File.read(File.join(@dir, "pids")))
+  end
+
+  # pid => [function names with flat or cum weight in that process's samples]
+  def functions_by_pid(profile)
+    sets = profile.data[:label_sets]
+    out = Hash.new { |h, k| h[k] = [] }
+    profile.data[:aggregated_samples].each do |frames, _w, _seq, set|
+      out[sets[set][:pid]].concat(frames.map { |f| f[1] })
+    end
+    out.transform_values(&:uniq)
+  end
+
+  def test_record_merges_every_process_with_a_pid_label
+    _, err, st = rperf("record", "-o", "all.pb.gz", "ruby", "cmd.rb")
+    assert_equal(5, st.exitstatus, "the command's exit status is kept\n#{err}")
+    ids = pids
+    profile = Rperf::Report.load(File.join(@dir, "all.pb.gz"))
+    by_pid = functions_by_pid(profile)
+    assert_equal(ids.values.sort, by_pid.keys.sort, "one pid label per process, each an Integer:\n#{err}")
+    { "parent" => "Object#rperf_parent_work", "fork" => "Object#rperf_fork_work",
+      "fork2" => "Object#rperf_forked_again_work", "spawned" => "Object#rperf_spawned_work" }.each do |who, fn|
+      assert_include(by_pid[ids[who]], fn, "#{who}'s samples carry its own pid")
+      (ids.keys - [who]).each { |other| assert_not_include(by_pid[ids[other]], fn, "#{fn} only in #{who}") }
+    end
+    # threads kept apart: each process's main thread has its own thread_seq
+    seqs = Hash.new { |h, k| h[k] = [] }
+    profile.data[:aggregated_samples].each { |_f, _w, seq, set| seqs[profile.data[:label_sets][set][:pid]] << seq }
+    seqs.transform_values!(&:uniq)
+    assert(seqs.values.all? { |s| s.all?(&:positive?) }, seqs.inspect)
+    assert_equal(seqs.values.sum(&:size), seqs.values.flatten.uniq.size, "no thread_seq shared by two processes: #{seqs}")
+    assert_equal(seqs.values.flatten.sort, profile.data[:threads].map { |t| t[:thread_seq] }.sort)
+
+    run_dir, mode = File.read(File.join(@dir, "run_dir")).split
+    assert_equal("700", mode, "the run directory is private")
+    assert_equal(@tmp, File.dirname(run_dir))
+    assert_match(/\Arperf-run-\d+-\h{16}\z/, File.basename(run_dir))
+    assert_empty(Dir.children(@tmp), "the run directory is removed")
+
+    # the pid label is a numeric pprof label: --label filters it, a text
+    # format shows the merged samples
+    out, err, st = rperf("report", "--label", "pid=#{ids['fork2']}", "all.pb.gz")
+    assert_equal(0, st.exitstatus, err)
+    assert_include(out, "Object#rperf_forked_again_work")
+    assert_not_include(out, "Object#rperf_parent_work")
+    pb = Zlib.gunzip(File.binread(File.join(@dir, "all.pb.gz")))
+    assert_not_include(pb, ids["parent"].to_s, "the pid is a number, not a string in the table")
+  end
+
+  def test_every_format_and_print_get_the_merged_profile
+    out, err, st = rperf("record", "-p", "ruby", "cmd.rb")
+    assert_equal(5, st.exitstatus, err)
+    assert_match(/\ATotal: [\d.]+ms \(cpu\)\n/, out)
+    %w[rperf_parent_work rperf_fork_work rperf_forked_again_work rperf_spawned_work].each do |fn|
+      assert_include(out, "Object##{fn}")
+    end
+    _, err, st = rperf("record", "-o", "all.collapsed", "ruby", "cmd.rb")
+    assert_equal(5, st.exitstatus, err)
+    assert_include(File.read(File.join(@dir, "all.collapsed")), "Object#rperf_spawned_work")
+    assert_empty(Dir.children(@tmp))
+  end
+
+  def test_stat_sums_the_processes
+    _, err, st = rperf("stat", "--report", "ruby", "cmd.rb")
+    assert_equal(5, st.exitstatus, err)
+    assert_equal(1, err.scan("Performance stats for 'ruby cmd.rb'").size, "one block for the run:\n#{err}")
+    assert_match(/^ +4     \[Ruby\] detected threads$/, err, "one main thread in each of the 4 processes")
+    %w[rperf_parent_work rperf_fork_work rperf_forked_again_work rperf_spawned_work].each do |fn|
+      assert_match(/^ Cumulative:.*Object##{fn} /m, err)
+    end
+    samples = err[/^  (\d+) samples \/ \d+ triggers/, 1].to_i
+    assert_operator(samples, :>=, 4)
+    assert_empty(Dir.children(@tmp))
+  end
+
+  def test_stale_run_directories_are_removed
+    dead = Process.spawn(RbConfig.ruby, "-e", "0")
+    Process.wait(dead)
+    stale = File.join(@tmp, "rperf-run-#{dead}-0123456789abcdef")
+    live = File.join(@tmp, "rperf-run-#{Process.pid}-0123456789abcdef") # this test's pid: alive
+    other = File.join(@tmp, "rperf-run-#{dead}-notours") # not a run directory name
+    [stale, live, other].each { |d| Dir.mkdir(d, 0o700) }
+    File.write(File.join(stale, "1.pb.gz"), "x")
+    _, err, st = rperf("stat", "ruby", "-e", "exit 3")
+    assert_equal(3, st.exitstatus, err)
+    refute(File.exist?(stale), "a dead run's directory is removed")
+    assert(File.directory?(live), "a running rperf's directory is kept")
+    assert(File.directory?(other))
+  end
+
+  def test_a_process_killed_or_ended_without_at_exit
+    # exit! runs no at_exit: that process writes nothing and is left out
+    _, err, st = rperf("record", "-o", "p.pb.gz", "ruby", "cmd.rb", env: { "EXIT_BANG" => "1" })
+    assert_equal(5, st.exitstatus, err)
+    by_pid = functions_by_pid(Rperf::Report.load(File.join(@dir, "p.pb.gz")))
+    assert_equal([pids["parent"], pids["fork"], pids["spawned"]].sort, by_pid.keys.sort)
+    # a command killed by a signal: the CLI dies the same way, the directory is gone
+    _, _, st = rperf("record", "-o", "k.pb.gz", "ruby", "-e", "def w = 200_000.times { }; w; Process.kill(:TERM, $$)")
+    assert_equal(Signal.list["TERM"], st.termsig)
+    assert_empty(Dir.children(@tmp))
+  end
+
+  def test_unwritable_output_runs_nothing
+    marker = File.join(@dir, "ran")
+    out, err, st = rperf("record", "-o", "no/such/dir/p.pb.gz", "ruby", "-e", "File.write(#{marker.dump}, '')")
+    assert_equal(1, st.exitstatus)
+    assert_match(%r{\Arperf: -o/--output "no/such/dir/p.pb.gz" cannot be written: }, err)
+    assert_equal("", out)
+    refute(File.exist?(marker))
+    assert_empty(Dir.children(@tmp))
+  end
+
+  def test_without_the_cli_a_fork_child_writes_nothing
+    script = <<~RUBY
+      pid = fork { print Rperf.running?; 100_000.times { } }
+      Process.wait(pid)
+    RUBY
+    env = { "RPERF_ENABLED" => "1", "RPERF_OUTPUT" => "plain.pb.gz", "RPERF_CHILD_DIR" => nil,
+            "RUBYOPT" => "-rrperf" }
+    out, err, st = Open3.capture3(env, RbConfig.ruby, "-I", RPERF_BUILD_LIB, "-e", script, chdir: @dir)
+    assert(st.success?, err)
+    assert_equal("false", out, "the fork child's profiler is stopped")
+    assert_equal(["cmd.rb", "plain.pb.gz", "tmp"], Dir.children(@dir).sort)
+    labels = Rperf::Report.load(File.join(@dir, "plain.pb.gz")).data[:label_sets]
+    assert_equal([{}], labels, "no pid label without the CLI")
+  end
+end
