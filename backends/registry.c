@@ -11,6 +11,7 @@
 
 /* The built-in backends; the first is the default. */
 #define RPERF_BACKENDS(X) \
+    X(holder)             \
     X(signal)             \
     X(nanosleep)
 

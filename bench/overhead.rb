@@ -41,6 +41,7 @@
 # Ruby 3.3 without YJIT) at scale 1.0.
 
 require "rperf"
+require "tmpdir"
 
 module OverheadBench
   # --- workloads -------------------------------------------------------------
@@ -85,28 +86,115 @@ module OverheadBench
       end
       kept.size
     end
+
+    # `count` threads pass one token round a ring of Queues, `handoffs` times
+    # in all: every hand-off is one GVL switch (the popper blocks, the pusher
+    # wakes the next). Returns the number of GVL hand-offs.
+    def switch(count, handoffs)
+      queues = Array.new(count) { Thread::Queue.new }
+      threads = Array.new(count) do |i|
+        Thread.new do
+          loop do
+            n = queues[i].pop
+            queues[(i + 1) % count] << (n.positive? ? n - 1 : -1)   # 0 starts the stop round
+            break if n.negative?
+          end
+        end
+      end
+      queues[0] << handoffs
+      threads.each(&:join)
+      handoffs
+    end
+
+    # `pairs` pairs of threads bounce one byte through two pipes, `rounds`
+    # times each: every read blocks outside the GVL. Returns the number of
+    # blocking reads (≈ GVL switches).
+    def io(pairs, rounds)
+      pipes = Array.new(pairs) { IO.pipe + IO.pipe }
+      threads = pipes.flat_map do |a_r, a_w, b_r, b_w|
+        [Thread.new { rounds.times { a_r.read(1); b_w.write("x") } },
+         Thread.new { rounds.times { a_w.write("x"); b_r.read(1) } }]
+      end
+      threads.each(&:join)
+      pipes.flatten.each(&:close)
+      pairs * rounds * 2
+    end
+
+    # The accuracy workload: GVL-releasing C calls (IO.select with a timeout,
+    # sleep) and GVL-holding ones (String#count / String#sum on a large
+    # string: C loops with no interrupt check), each in a method of its own,
+    # in a loop with a varying Ruby gap between calls so that the sampling
+    # phase varies. Returns { method => wall ns measured around its calls }.
+    def acc_select = IO.select(nil, nil, nil, 0.0013)
+    def acc_sleep = sleep(0.0017)
+    def acc_hold_count = HOLD.count("a")
+    def acc_hold_sum = HOLD.sum
+    def acc_gap(n)
+      x = 0
+      n.times { |i| x += i }
+      x
+    end
+
+    ACC_METHODS = %i[acc_select acc_sleep acc_hold_count acc_hold_sum].freeze
+    ACC_RELEASING = %i[acc_select acc_sleep].freeze
+    HOLD = ("abcdefgh" * 1_000_000).freeze   # 8 MB: each call ~1.5–3 ms of C holding the GVL
+
+    def accuracy(calls)
+      now = -> { Process.clock_gettime(Process::CLOCK_MONOTONIC, :nanosecond) }
+      spent = Hash.new(0)
+      calls.times do |k|
+        ACC_METHODS.each do |m|
+          acc_gap(((k * 7919 + m.size * 104_729) % 97) * 40)
+          t0 = now.()
+          send(m)
+          spent[m] += now.() - t0
+        end
+      end
+      spent
+    end
   end
 
-  # name => lambda(scale) returning a callable that runs one round.
+  # name => lambda(scale) returning a callable that runs one round (and
+  # returns the number of GVL hand-offs it made, for switch/io).
   WORKLOADS = {
-    "fib" => ->(s) { n = [(6 * s).round, 1].max; -> { n.times { Work.fib(30) } } },
-    "deep" => ->(s) { r = [(160 * s).round, 1].max; -> { Work.deep(150, r) } },
-    "gc" => ->(s) { n = (250_000 * s).round; -> { Work.gc(n) } },
+    "fib" => ->(s) { n = [(6 * s).round, 1].max; -> { n.times { Work.fib(30) }; nil } },
+    "deep" => ->(s) { r = [(160 * s).round, 1].max; -> { Work.deep(150, r); nil } },
+    "gc" => ->(s) { n = (250_000 * s).round; -> { Work.gc(n); nil } },
+    "switch" => ->(s) { n = [(20_000 * s).round, 8].max; -> { Work.switch(8, n) } },
+    "io" => ->(s) { n = [(1_500 * s).round, 1].max; -> { Work.io(8, n) } },
   }.freeze
+
+  # 1,000 threads parked on a Queue: each wakes once per run (so the profiler
+  # meets it), then the main thread computes `fib` as in "fib".
+  def self.idle_workload(count, scale)
+    park = Thread::Queue.new
+    parked = Thread::Queue.new
+    count.times { Thread.new { loop { park.pop; parked << 1 } } }
+    n = [(6 * scale).round, 1].max
+    lambda do
+      count.times { park << 1 }
+      count.times { parked.pop }
+      n.times { Work.fib(30) }
+      nil
+    end
+  end
 
   def self.workload(name, scale)
     if (m = /\Athreads(\d*)\z/.match(name))
       count = m[1].empty? ? 16 : Integer(m[1])
       units = [(64 * scale).round, count].max
-      return -> { Work.threads(count, units) }
+      return -> { Work.threads(count, units); nil }
+    end
+    if (m = /\Aidle(\d+)\z/.match(name))
+      return idle_workload(Integer(m[1]), scale)
     end
     if (m = /\Aractors(\d*)\z/.match(name))
       Warning[:experimental] = false
       count = m[1].empty? ? 8 : Integer(m[1])
       units = [(64 * scale).round, count].max
-      return -> { Work.ractors(count, units) }
+      return -> { Work.ractors(count, units); nil }
     end
-    WORKLOADS.fetch(name) { abort "unknown workload #{name.inspect} (fib, deep, gc, threads, threadsN, ractors, ractorsN)" }.call(scale)
+    WORKLOADS.fetch(name) { abort "unknown workload #{name.inspect} (fib, deep, gc, switch, io, threads, threadsN, idleN, ractors, ractorsN)" }.call(scale)
   end
 
   # --- options ---------------------------------------------------------------
@@ -117,7 +205,7 @@ module OverheadBench
       case a
       when "--quick" then opt[:quick] = true
       when "--markdown" then opt[:markdown] = true
-      when /\A--(rounds|scale|workloads|frequencies|backends|modes)=(.+)\z/ then opt[Regexp.last_match(1).to_sym] = Regexp.last_match(2)
+      when /\A--(rounds|scale|workloads|frequencies|backends|modes|accuracy)=(.+)\z/ then opt[Regexp.last_match(1).to_sym] = Regexp.last_match(2)
       when "-h", "--help" then puts File.read(__FILE__)[/\A(#.*\n)+/]; exit 0
       else abort "unknown argument #{a.inspect} (see --help)"
       end
@@ -129,10 +217,11 @@ module OverheadBench
       quick: quick,
       rounds: Integer(opt[:rounds] || env.(:rounds) || (quick ? 3 : 5)),
       scale: Float(opt[:scale] || env.(:scale) || 1.0) * (quick ? 0.5 : 1.0),
-      workloads: list.(:workloads, "fib,deep,threads,gc,ractors1,ractors"),
+      workloads: list.(:workloads, "fib,deep,gc,switch,io,idle1000"),
       frequencies: list.(:frequencies, "1000,10000").map { |f| Integer(f) },
-      backends: list.(:backends, "signal,nanosleep").map(&:to_sym),
+      backends: list.(:backends, Rperf.backends.join(",")).map(&:to_sym),
       modes: list.(:modes, "cpu,wall").map(&:to_sym),
+      accuracy: Integer(opt[:accuracy] || env.(:accuracy) || (quick ? 60 : 120)),
       markdown: opt[:markdown] || env.(:markdown) == "1",
     }
   end
@@ -143,18 +232,20 @@ module OverheadBench
   def self.now_wall = Process.clock_gettime(Process::CLOCK_MONOTONIC, :nanosecond)
 
   def self.median(values)
-    s = values.sort
+    s = values.compact.sort
+    return Float::NAN if s.empty?
+
     n = s.size
     n.odd? ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2.0
   end
 
-  # One unprofiled run: { cpu:, wall: } in ns.
+  # One unprofiled run: { cpu:, wall:, switches: } (ns).
   def self.run_plain(work)
     GC.start
     c0 = now_cpu
     w0 = now_wall
-    work.call
-    { cpu: now_cpu - c0, wall: now_wall - w0 }
+    switches = work.call
+    { cpu: now_cpu - c0, wall: now_wall - w0, switches: switches }
   end
 
   # One profiled run: the window covers start + workload; stop is timed apart.
@@ -163,107 +254,180 @@ module OverheadBench
     c0 = now_cpu
     w0 = now_wall
     Rperf.start(frequency: freq, backend: backend, mode: mode)
-    work.call
+    switches = work.call
     cpu = now_cpu - c0
     wall = now_wall - w0
     s0 = now_cpu
     data = Rperf.stop
-    { cpu: cpu, wall: wall, stop_cpu: now_cpu - s0,
+    { cpu: cpu, wall: wall, stop_cpu: now_cpu - s0, switches: switches,
       samples: data[:sampling_count], triggers: data[:trigger_count],
-      dropped: data[:dropped_samples] || 0, sampling_time: data[:sampling_time_ns] }
+      dropped: data[:dropped_samples] || 0, sampling_time: data[:sampling_time_ns],
+      memory: data[:profiler_memory_bytes], threads: data[:detected_thread_count] }
   end
 
-  # Interleaved rounds for one configuration; returns a row Hash.
-  def self.measure(work, freq, backend, mode, rounds)
-    run_plain(work) # warm-up pair (discarded)
-    run_profiled(work, freq, backend, mode)
-    plain = []
-    prof = []
+  # Interleaved rounds for one (workload, frequency, mode): each round runs,
+  # for every backend in turn, an unprofiled run then a profiled one, so all
+  # backends meet the same drifts of the machine. Returns backend => row.
+  def self.measure(work, freq, backends, mode, rounds)
+    backends.each { |b| run_plain(work); run_profiled(work, freq, b, mode) } # warm-up (discarded)
+    pairs = backends.to_h { |b| [b, []] }
     rounds.times do
-      plain << run_plain(work)
-      prof << run_profiled(work, freq, backend, mode)
+      backends.each { |b| pairs[b] << [run_plain(work), run_profiled(work, freq, b, mode)] }
     end
-    per_sample = plain.zip(prof).map do |u, p|
-      p[:samples].positive? ? (p[:cpu] - u[:cpu]).to_f / p[:samples] : Float::NAN
+    pairs.transform_values do |list|
+      per = ->(&f) { median(list.map { |u, p| f.(u, p) }) }
+      {
+        cpu: per.() { |u, p| p[:cpu].to_f / u[:cpu] - 1 },
+        wall: per.() { |u, p| p[:wall].to_f / u[:wall] - 1 },
+        ns_per_sample: per.() { |u, p| p[:samples].positive? ? (p[:cpu] - u[:cpu]).to_f / p[:samples] : nil },
+        ns_per_switch: per.() { |u, p| p[:switches] ? (p[:cpu] - u[:cpu]).to_f / p[:switches] : nil },
+        job_ns: per.() { |_, p| p[:samples].positive? ? p[:sampling_time].to_f / p[:samples] : nil },
+        samples: per.() { |_, p| p[:samples] },
+        dropped: per.() { |_, p| p[:dropped] },
+        kib_per_thread: per.() { |_, p| p[:memory].to_f / 1024 / [p[:threads], 1].max },
+        cpu_u_ms: per.() { |u, _| u[:cpu] / 1e6 },
+      }
     end
-    self_ns = prof.map { |p| p[:samples].positive? ? p[:sampling_time].to_f / p[:samples] : Float::NAN }
-    {
-      cpu_u: median(plain.map { |r| r[:cpu] }), cpu_p: median(prof.map { |r| r[:cpu] }),
-      wall_u: median(plain.map { |r| r[:wall] }), wall_p: median(prof.map { |r| r[:wall] }),
-      samples: median(prof.map { |r| r[:samples] }), triggers: median(prof.map { |r| r[:triggers] }),
-      dropped: median(prof.map { |r| r[:dropped] }), stop_ms: median(prof.map { |r| r[:stop_cpu] }) / 1e6,
-      ns_per_sample: median(per_sample), self_ns: median(self_ns),
-      spread: per_sample.minmax,
-    }
+  end
+
+  # --- the control program (bench/floor.c): one bare timer tick ---------------
+
+  FLOOR_ITERATIONS = 200_000_000
+  FLOOR_HZ = 10_000
+
+  def self.build_floor
+    src = File.expand_path("floor.c", __dir__)
+    exe = File.join(Dir.tmpdir, "rperf-floor-#{Process.pid}")
+    system("cc", "-O2", "-o", exe, src, "-lpthread", exception: false) or return nil
+    at_exit { File.unlink(exe) if File.exist?(exe) }
+    exe
+  end
+
+  def self.run_floor(exe, how, freq)
+    _, _, cpu, own, wall, ticks = `#{exe} #{how} #{freq} #{FLOOR_ITERATIONS}`.split
+    { cpu: Integer(cpu), own: Integer(own), wall: Integer(wall), ticks: Integer(ticks) }
+  end
+
+  # Extra CPU per tick for each delivery, interleaved with tick-less runs:
+  # { how => { cpu: ns/tick (process), own: ns/tick on the looping thread } }.
+  def self.measure_floor(exe, freq, rounds)
+    hows = %w[signal thread tgkill]
+    per = hows.to_h { |h| [h, { cpu: [], own: [] }] }
+    rounds.times do
+      hows.each do |h|
+        u = run_floor(exe, "none", freq)
+        p = run_floor(exe, h, freq)
+        next if p[:ticks].zero?
+
+        per[h][:cpu] << (p[:cpu] - u[:cpu]).to_f / p[:ticks]
+        per[h][:own] << (p[:own] - u[:own]).to_f / p[:ticks]
+      end
+    end
+    per.transform_values { |v| { cpu: median(v[:cpu]), own: median(v[:own]) } }
+  end
+
+  # --- accuracy: wall mode, GVL-releasing vs GVL-holding C calls -------------
+
+  # Mean relative error per method (profiled weight of the samples whose
+  # stack contains the method vs the wall time measured around its calls).
+  def self.accuracy_errors(calls, freq, backend)
+    data = nil
+    spent = nil
+    data = Rperf.start(frequency: freq, backend: backend, mode: :wall) { spent = Work.accuracy(calls) }
+    weight = Hash.new(0)
+    data[:aggregated_samples].each do |frames, w, _, _|
+      labels = frames.map { |(_, label)| label }
+      Work::ACC_METHODS.each { |m| weight[m] += w if labels.include?("OverheadBench::Work.#{m}") }
+    end
+    Work::ACC_METHODS.to_h { |m| [m, (weight[m] - spent[m]).abs.to_f / spent[m]] }
+  end
+
+  def self.measure_accuracy(calls, freq, backends, rounds)
+    errs = backends.to_h { |b| [b, []] }
+    rounds.times { backends.each { |b| errs[b] << accuracy_errors(calls, freq, b) } }
+    errs.transform_values do |list|
+      mean = ->(ms, l) { ms.sum { |m| l[m] } / ms.size }
+      holding = Work::ACC_METHODS - Work::ACC_RELEASING
+      { releasing: median(list.map { |l| mean.(Work::ACC_RELEASING, l) }),
+        holding: median(list.map { |l| mean.(holding, l) }),
+        worst: median(list.map { |l| l.values.max }) }
+    end
   end
 
   # --- output ------------------------------------------------------------------
 
-  COLUMNS = [
-    ["workload", 9, :s], ["mode", 4, :s], ["backend", 9, :s], ["Hz", 5, :d],
-    ["samples", 7, :d], ["triggers", 8, :d], ["drop", 4, :d],
-    ["CPU ms U", 8, :f1], ["CPU ms P", 8, :f1], ["CPU P/U", 7, :f3],
-    ["wall ms U", 9, :f1], ["wall ms P", 9, :f1], ["wall P/U", 8, :f3],
-    ["CPU ns/sample", 13, :d], ["(min..max)", 15, :s], ["job ns/sample", 13, :d], ["stop ms", 7, :f1],
-  ].freeze
+  def self.pct(v) = v.nil? || v.to_f.nan? ? "-" : format("%+.1f%%", v * 100)
+  def self.num(v) = v.nil? || v.to_f.nan? ? "-" : v.round.to_s
+  def self.ratio(v, floor) = v.nil? || v.nan? || floor.nil? || floor.nan? || floor <= 0 ? "-" : format("%.2f", v / floor)
 
-  def self.cells(name, mode, backend, freq, r)
-    [name, mode, backend, freq, r[:samples].round, r[:triggers].round, r[:dropped],
-     r[:cpu_u] / 1e6, r[:cpu_p] / 1e6, r[:cpu_p].to_f / r[:cpu_u],
-     r[:wall_u] / 1e6, r[:wall_p] / 1e6, r[:wall_p].to_f / r[:wall_u],
-     r[:ns_per_sample].nan? ? 0 : r[:ns_per_sample].round, "#{r[:spread][0].round}..#{r[:spread][1].round}",
-     r[:self_ns].nan? ? 0 : r[:self_ns].round, r[:stop_ms]]
-  end
-
-  def self.fmt(value, kind)
-    case kind
-    when :d then value.is_a?(Numeric) ? value.round.to_s : value.to_s
-    when :f1 then format("%.1f", value)
-    when :f3 then format("%.3f", value)
-    else value.to_s
+  def self.table(head, rows, markdown)
+    widths = head.each_index.map { |i| ([head[i]] + rows.map { |r| r[i] }).map(&:size).max }
+    if markdown
+      (["| #{head.join(' | ')} |", "|#{head.map { '---:' }.join('|')}|"] + rows.map { |r| "| #{r.join(' | ')} |" }).join("\n")
+    else
+      ([head] + rows).map { |r| r.each_with_index.map { |c, i| c.rjust(widths[i]) }.join("  ") }.join("\n")
     end
-  end
-
-  def self.header
-    COLUMNS.map { |(h, w, _)| h.rjust(w) }.join(" ")
-  end
-
-  def self.line(values)
-    COLUMNS.zip(values).map { |(_, w, k), v| fmt(v, k).rjust(w) }.join(" ")
-  end
-
-  def self.markdown(rows)
-    out = ["| #{COLUMNS.map(&:first).join(' | ')} |", "|#{COLUMNS.map { |(_, _, k)| k == :s ? '---' : '---:' }.join('|')}|"]
-    rows.each { |vals| out << "| #{COLUMNS.zip(vals).map { |(_, _, k), v| fmt(v, k) }.join(' | ')} |" }
-    out.join("\n")
   end
 
   def self.main(argv)
     o = options(argv)
     $stdout.sync = true
+    yjit = defined?(RubyVM::YJIT) && RubyVM::YJIT.enabled?
     puts "rperf #{Rperf::VERSION} overhead benchmark — Ruby #{RUBY_VERSION}, " \
-         "#{`nproc`.strip} CPUs, kernel #{`uname -r`.strip}, YJIT #{defined?(RubyVM::YJIT) && RubyVM::YJIT.enabled? ? 'on' : 'off'}"
-    puts "rounds=#{o[:rounds]} scale=#{o[:scale]} (interleaved U/P, medians; U = unprofiled, P = profiled)"
+         "#{`nproc`.strip} CPUs, kernel #{`uname -r`.strip}, YJIT #{yjit ? 'on' : 'off'}, " \
+         "load average #{File.read('/proc/loadavg').split.first(3).join(' ')}"
+    puts "rounds=#{o[:rounds]} scale=#{o[:scale]} (interleaved unprofiled/profiled pairs, every backend " \
+         "in each round; medians)"
+    exe = build_floor
+    floor = nil
+    if exe
+      # at 10 kHz: enough ticks per run for a per-tick figure above the noise
+      fl = measure_floor(exe, FLOOR_HZ, o[:rounds] + 2)
+      floor = fl.dig("signal", :cpu)
+      puts
+      puts "Control program (bench/floor.c, #{FLOOR_HZ} Hz), extra CPU per bare tick, ns, process / on the looping thread: " +
+           fl.map { |h, v| "#{h} #{num(v[:cpu])} / #{num(v[:own])}" }.join(", ")
+      puts "  (signal = POSIX timer signal to the looping thread: the floor; thread = a timer thread waking, " \
+           "no signal; tgkill = the timer thread signalling the looping thread)"
+    else
+      puts "(no C compiler: control program skipped, ratios to the floor not shown)"
+    end
     puts
-    puts header
+    puts "wall / CPU: overhead of the profiled run over the unprofiled one; ns/sample: (CPU P − CPU U) / samples, " \
+         "xfloor: ÷ the signal floor; ns/switch: (CPU P − CPU U) / GVL hand-offs (switch, io); " \
+         "KiB/thr: profiler memory per thread seen"
+    head = %w[workload mode Hz] + o[:backends].flat_map { |b| ["#{b} wall", "CPU", "ns/sample", "xfloor", "ns/switch", "KiB/thr", "drop"] }
     rows = []
+    puts table(head, [], false).lines.first
     o[:workloads].each do |name|
       work = workload(name, o[:scale])
       o[:frequencies].each do |freq|
-        o[:backends].each do |backend|
-          o[:modes].each do |mode|
-            r = measure(work, freq, backend, mode, o[:rounds])
-            vals = cells(name, mode, backend, freq, r)
-            rows << vals
-            puts line(vals)
+        o[:modes].each do |mode|
+          res = measure(work, freq, o[:backends], mode, o[:rounds])
+          row = [name, mode.to_s, freq.to_s] + o[:backends].flat_map do |b|
+            r = res[b]
+            [pct(r[:wall]), pct(r[:cpu]), num(r[:ns_per_sample]), ratio(r[:ns_per_sample], floor),
+             num(r[:ns_per_switch]), format("%.1f", r[:kib_per_thread]), num(r[:dropped])]
           end
+          rows << row
+          puts table(head, rows, false).lines.last
         end
       end
     end
-    if o[:markdown]
+    if o[:accuracy].positive?
+      acc = measure_accuracy(o[:accuracy], 1000, o[:backends], o[:rounds])
       puts
-      puts markdown(rows)
+      puts "Accuracy, wall mode, 1 kHz: mean relative error per method (GVL-releasing: IO.select, sleep; " \
+           "GVL-holding: String#count, String#sum), median of #{o[:rounds]} runs"
+      acc.each do |b, a|
+        puts format("  %-10s releasing %.3f%%  holding %.3f%%  worst method %.3f%%", b, a[:releasing] * 100,
+                    a[:holding] * 100, a[:worst] * 100)
+      end
     end
+    return unless o[:markdown]
+
+    puts
+    puts table(head, rows, true)
   end
 end
 

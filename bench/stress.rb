@@ -30,6 +30,7 @@ require "rbconfig"
 module RperfStress
   LIB = File.expand_path("../build/lib", __dir__)
   LIB_DIR = ENV["RPERF_BUILD_DIR"] ? File.join(ENV["RPERF_BUILD_DIR"], "lib") : LIB
+  BACKENDS = %w[holder signal nanosleep].freeze
 
   module_function
 
@@ -84,7 +85,7 @@ module RperfStress
          "x = 0; x += 1 while Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID) - t < s; x)"
 
   def cycles
-    %w[signal nanosleep].map do |backend|
+    BACKENDS.map do |backend|
       count = n(1000)
       res = child_result(<<~RUBY, timeout: 60 + count)
         Warning[:experimental] = false
@@ -116,7 +117,7 @@ module RperfStress
 
   def threads
     %w[cpu wall].flat_map do |mode|
-      %w[signal nanosleep].map do |backend|
+      BACKENDS.map do |backend|
         count = n(1000)
         res = child_result(<<~RUBY, timeout: 60 + count / 5)
           #{SPIN}
@@ -151,7 +152,7 @@ module RperfStress
   end
 
   def forks
-    %w[signal nanosleep].map do |backend|
+    BACKENDS.map do |backend|
       count = n(100)
       res = child_result(<<~RUBY, timeout: 120 + count * 2)
         #{SPIN}
@@ -210,7 +211,7 @@ module RperfStress
   end
 
   def exits
-    %w[signal nanosleep].product(%w[cpu wall]).map do |backend, mode|
+    BACKENDS.product(%w[cpu wall]).map do |backend, mode|
       count = n(200)
       failed = []
       count.times do |i|
@@ -241,7 +242,7 @@ module RperfStress
       #{count}.times do |i|
         begin
           case i % 6
-          when 0 then Rperf.start(frequency: 10_000, backend: (i % 12).zero? ? :signal : :nanosleep, mode: :wall)
+          when 0 then Rperf.start(frequency: 10_000, backend: %i[holder signal nanosleep][(i / 6) % 3], mode: :wall)
           when 1, 3 then Rperf.snapshot(clear: i % 4 == 1) if Rperf.running?
           when 5 then r = Rperf.stop; errors << "no result" unless r.is_a?(Hash)
           else spin(0.001)

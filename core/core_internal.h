@@ -82,6 +82,10 @@ struct rperf_thread {
     rperf_nt_t *susp_nt;           /* native thread at SUSPENDED */
     _Atomic int64_t ready_wall;    /* READY (any thread) */
     int fresh;                     /* created, not yet run (own, then cleared) */
+    /* wall mode: [GVL blocked] / [GVL wait] time not yet recorded (short
+     * intervals wait for a sample to ride on, see thread_state.c) */
+    int64_t pend_blocked;
+    int64_t pend_wait;
     int64_t gc_enter_wall;
     int64_t gc_enter_cpu;
 
@@ -227,6 +231,7 @@ typedef struct rperf_engine {
     _Atomic uint64_t dropped_retired;   /* drops of threads already freed */
     _Atomic uint64_t timer_overruns;
     _Atomic uint32_t thread_seq;
+    _Atomic int unsettled;              /* created (STARTED), not yet run or exited */
     int64_t start_real_ns;
     int64_t start_mono_ns;
 } rperf_engine_t;

@@ -71,6 +71,11 @@ void rperf_engine_register_sigsafe(void)
     if (rperf__engine.host.trigger_register) rperf__engine.host.trigger_register();
 }
 
+int rperf_engine_unsettled_threads(void)
+{
+    return atomic_load_explicit(&rperf__engine.unsettled, memory_order_acquire);
+}
+
 void rperf_engine_count_overruns(uint64_t n)
 {
     atomic_fetch_add_explicit(&rperf__engine.timer_overruns, n, memory_order_relaxed);
@@ -113,6 +118,7 @@ int rperf_engine_start(const rperf_config_t *cfg, rperf_thread_t **caller,
     rperf__engine.run_id++;
     atomic_store(&rperf__engine.outstanding, 0);
     atomic_store(&rperf__engine.thread_seq, 0);
+    atomic_store(&rperf__engine.unsettled, 0);
     atomic_store(&rperf__engine.dropped_retired, 0);
     rperf__gc_reset();
     reset_counters();

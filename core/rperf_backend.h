@@ -44,6 +44,11 @@ typedef struct rperf_backend_ops {
     /* Optional. Own context, GVL held: the Ruby thread running here now
      * knows its Ractor (rperf_thread_ractor(rperf_current_thread_sigsafe())). */
     void (*thread_identified)(void);
+    /* Optional (NULL: thread_resumed is called instead). Own context, GVL
+     * held: a Ruby thread that already holds its GVL becomes current here
+     * without a RESUMED event (the caller of start, a thread met first in
+     * its job or label call): Ruby did not just hand it the GVL. */
+    void (*thread_attached)(void);
 } rperf_backend_ops_t;
 
 /* backends/registry.c */

@@ -196,6 +196,10 @@ void rperf_engine_tick_sigsafe(void);
 void rperf_engine_register_sigsafe(void);
 /* no GVL: the backend could not deliver `n` ticks in time. */
 void rperf_engine_count_overruns(uint64_t n);
+/* any context: threads announced by STARTED during the run that have not
+ * had their first turn (RESUMED) yet nor exited. While one exists, Ruby
+ * 3.3's main-Ractor running_ec may name it instead of the GVL holder. */
+int rperf_engine_unsettled_threads(void);
 
 /* ---- results (GVL held, worker paused or joined) -------------------------- */
 

@@ -34,6 +34,21 @@ rperf_thread_t *rperf_current_thread_sigsafe(void)
 
 static int64_t threshold_ns(void) { return rperf__engine.interval_ns / 4; }
 
+static bool wall_mode(void) { return rperf__engine.cfg.clock == RPERF_CLOCK_WALL; }
+
+/* The native CPU clock is a system call (not in the vDSO): read it only in
+ * cpu mode, where weights need it. Wall mode never reads it per switch. */
+static int64_t native_cpu_if_needed(void) { return wall_mode() ? 0 : rperf__native_cpu_ns(); }
+
+/* A thread announced by STARTED has had its first turn (or exited): see
+ * rperf_engine_unsettled_threads. */
+static void settle_fresh(rperf_thread_t *pt)
+{
+    if (!pt->fresh) return;
+    pt->fresh = 0;
+    atomic_fetch_sub_explicit(&rperf__engine.unsettled, 1, memory_order_release);
+}
+
 static const rperf_backend_ops_t *backend(void) { return rperf__engine.cfg.backend; }
 
 /* ---- creation / destruction ------------------------------------------- */
@@ -59,6 +74,7 @@ rperf_thread_t *rperf_thread_new(rperf_thread_origin_t origin)
      * the run and was off the GVL until now: charge [start, now) as blocked. */
     pt->susp_wall = origin == RPERF_THREAD_EXISTING ? rperf__engine.start_mono_ns : 0;
     pt->fresh = origin == RPERF_THREAD_CREATED;
+    if (pt->fresh) atomic_fetch_add_explicit(&rperf__engine.unsettled, 1, memory_order_release);
     rperf_thread_t *head = atomic_load_explicit(&rperf__threads, memory_order_relaxed);
     do {
         atomic_store_explicit(&pt->next, head, memory_order_relaxed);
@@ -145,14 +161,36 @@ static void set_current(rperf_thread_t *pt)
 
 void rperf_thread_attach_current(rperf_thread_t *pt)
 {
-    pt->cpu_mark = rperf__native_cpu_ns();
+    settle_fresh(pt);
+    pt->cpu_mark = native_cpu_if_needed();
     pt->last_cpu = pt->cpu_acc;
     pt->susp_wall = 0;
     set_current(pt);
-    if (backend() && backend()->thread_resumed) backend()->thread_resumed();
+    if (backend() && backend()->thread_attached) backend()->thread_attached();
+    else if (backend() && backend()->thread_resumed) backend()->thread_resumed();
 }
 
-/* Record the normal sample covering [last attributed point, now). */
+/* Wall mode: record the [GVL blocked] / [GVL wait] time still pending on
+ * `frames` (the stack of the sample it rides on). What cannot be recorded
+ * (ring at its limit) stays pending. Invariant: mono - last_wall is the
+ * thread's unattributed time, pend_blocked + pend_wait of it off the GVL. */
+static void record_pending_gvl(rperf_thread_t *pt, int64_t mono, const rperf_frame_t *frames,
+                               int depth)
+{
+    if (pt->pend_blocked > 0 &&
+        rperf__ring_push(pt, RPERF_SAMPLE_GVL_BLOCKED, pt->pend_blocked, mono, frames, depth)) {
+        pt->last_wall += pt->pend_blocked;
+        pt->pend_blocked = 0;
+    }
+    if (pt->pend_wait > 0 &&
+        rperf__ring_push(pt, RPERF_SAMPLE_GVL_WAIT, pt->pend_wait, mono, frames, depth)) {
+        pt->last_wall += pt->pend_wait;
+        pt->pend_wait = 0;
+    }
+}
+
+/* Record the normal sample covering [last attributed point, now), and in
+ * wall mode the GVL time pending since then on the same stack. */
 static void sample_now(rperf_thread_t *pt, int64_t mono, int64_t native, int64_t min_weight,
                        bool count_job)
 {
@@ -163,15 +201,19 @@ static void sample_now(rperf_thread_t *pt, int64_t mono, int64_t native, int64_t
         cpu_now = ruby_cpu_now(pt, native);
         weight = cpu_now - pt->last_cpu;
     } else {
-        weight = mono - pt->last_wall;
+        weight = mono - pt->last_wall - pt->pend_blocked - pt->pend_wait;
     }
     if (weight <= 0 || weight < min_weight) return;
     rperf_frame_t frames[RPERF_MAX_DEPTH];
     int depth = capture(pt, frames);
     if (depth == 0) return;              /* keep the time pending */
     if (!rperf__ring_push(pt, RPERF_SAMPLE_NORMAL, weight, mono, frames, depth)) return;
-    if (rperf__engine.cfg.clock == RPERF_CLOCK_CPU) pt->last_cpu = cpu_now;
-    else pt->last_wall = mono;
+    if (rperf__engine.cfg.clock == RPERF_CLOCK_CPU) {
+        pt->last_cpu = cpu_now;
+    } else {
+        pt->last_wall += weight;
+        record_pending_gvl(pt, mono, frames, depth);
+    }
     /* A job run counts as a timer sample when it consumes triggered ticks
      * (coalesced ticks are consumed together). */
     if (count_job && atomic_exchange_explicit(&rperf__engine.outstanding, 0, memory_order_relaxed) > 0) {
@@ -189,7 +231,7 @@ void rperf_sample_job(rperf_thread_t *pt)
 {
     if (!pt) pt = rperf_current_thread_sigsafe();
     if (!pt) return;
-    int64_t native = rperf__native_cpu_ns();
+    int64_t native = rperf__native_cpu_ns();   /* also times the job */
     sample_now(pt, rperf__mono_ns(), native, 1, true);
 }
 
@@ -212,7 +254,7 @@ void rperf_ev_resumed(rperf_thread_t *pt)
     rperf_nt_t *nt = &nt_tls;
     nt->switches++;
     int64_t mono = rperf__mono_ns();
-    int64_t native = rperf__native_cpu_ns();
+    int64_t native = native_cpu_if_needed();
     rperf_frame_t frames[RPERF_MAX_DEPTH];
     int depth = -1;
 
@@ -220,25 +262,25 @@ void rperf_ev_resumed(rperf_thread_t *pt)
         /* First run of a thread created during the run: the wait for its
          * first turn has no Ruby frame to charge (its block has not started)
          * and is not time the thread spent running; its clock starts now. */
-        pt->fresh = 0;
+        settle_fresh(pt);
         pt->last_wall = mono;
-    } else if (rperf__engine.cfg.clock == RPERF_CLOCK_WALL) {
+    } else if (wall_mode()) {
         if (pt->susp_wall > 0) {
             int64_t susp = pt->susp_wall;
             int64_t ready = atomic_exchange_explicit(&pt->ready_wall, 0, memory_order_relaxed);
             if (ready < susp || ready > mono) ready = 0;
             int64_t blocked = (ready ? ready : mono) - susp;
             int64_t wait = ready ? mono - ready : 0;
-            if (blocked > 0 || wait > 0) {
+            if (blocked > 0) pt->pend_blocked += blocked;
+            if (wait > 0) pt->pend_wait += wait;
+            /* A block worth a sample is recorded now, on the stack that
+             * released the GVL (the releasing C call gets exactly its own
+             * time). Shorter ones are not worth a stack capture per switch:
+             * they wait for the thread's next sample (or for their sum to
+             * pass the threshold) and are recorded on that sample's stack. */
+            if (pt->pend_blocked + pt->pend_wait >= threshold_ns()) {
                 depth = capture(pt, frames);
-                if (depth > 0) {
-                    if (blocked > 0 &&
-                        rperf__ring_push(pt, RPERF_SAMPLE_GVL_BLOCKED, blocked, mono, frames, depth))
-                        pt->last_wall += blocked;
-                    if (wait > 0 &&
-                        rperf__ring_push(pt, RPERF_SAMPLE_GVL_WAIT, wait, mono, frames, depth))
-                        pt->last_wall += wait;
-                }
+                if (depth > 0) record_pending_gvl(pt, mono, frames, depth);
             }
         }
     } else if (pt->susp_nt == nt && pt->susp_switches + 1 == nt->switches) {
@@ -266,10 +308,15 @@ void rperf_ev_suspended(rperf_thread_t *pt)
     rperf_nt_t *nt = &nt_tls;
     if (backend() && backend()->thread_suspended) backend()->thread_suspended();
     int64_t mono = rperf__mono_ns();
-    int64_t native = rperf__native_cpu_ns();
-    /* Close the on-GVL interval with a sample of the current stack, unless
-     * it is too short to be worth one (then it stays pending). */
-    sample_now(pt, mono, native, threshold_ns(), false);
+    int64_t native = native_cpu_if_needed();
+    /* cpu mode: close the on-GVL interval with a sample of the current
+     * stack, unless it is too short to be worth one (then it stays
+     * pending). Wall mode leaves it pending for the thread's next tick: the
+     * stack at SUSPENDED is always the releasing call's, so charging it the
+     * on-GVL time since the last sample (spent mostly before the call)
+     * would bias every GVL-releasing call upwards by a sampling-phase
+     * dependent amount; a tick lands at a random on-GVL moment instead. */
+    if (!wall_mode()) sample_now(pt, mono, native, threshold_ns(), false);
     if (pt->cpu_mark >= 0) pt->cpu_acc += native - pt->cpu_mark;
     pt->cpu_mark = -1;
     pt->susp_wall = mono;
@@ -286,15 +333,20 @@ void rperf_ev_exited(rperf_thread_t *pt)
     /* Settle the time still pending: the thread's frames are gone (its
      * block has returned), so it goes to the root-most frame of its last
      * capture — the thread's block in practice. */
+    int64_t mono = rperf__mono_ns();
     int64_t pending = rperf__engine.cfg.clock == RPERF_CLOCK_CPU
         ? pt->cpu_acc - pt->last_cpu
-        : (pt->susp_wall > 0 ? pt->susp_wall : rperf__mono_ns()) - pt->last_wall;
+        : (pt->susp_wall > 0 ? pt->susp_wall : mono) - pt->last_wall - pt->pend_blocked -
+              pt->pend_wait;
     rperf_frame_t root = atomic_load_explicit(&pt->last_root, memory_order_relaxed);
-    if (pending > 0 && root &&
-        rperf__ring_push(pt, RPERF_SAMPLE_NORMAL, pending, rperf__mono_ns(), &root, 1)) {
-        pt->last_cpu = pt->cpu_acc;
-        pt->last_wall += pending;
+    if (root) {
+        if (pending > 0 && rperf__ring_push(pt, RPERF_SAMPLE_NORMAL, pending, mono, &root, 1)) {
+            pt->last_cpu = pt->cpu_acc;
+            pt->last_wall += pending;
+        }
+        record_pending_gvl(pt, mono, &root, 1);
     }
+    settle_fresh(pt);
     if (nt->cur == pt) nt->cur = NULL;
     atomic_store_explicit(&pt->exited, 1, memory_order_release);
 }

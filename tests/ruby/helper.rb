@@ -26,7 +26,7 @@ RPERF_BUILD_LIB = $LOAD_PATH.find { |d| File.exist?(File.join(d.to_s, "rperf.so"
                   File.join(ENV.fetch("RPERF_BUILD_DIR", File.expand_path("../../build", __dir__)), "lib")
 RPERF_HELPER_PATH = File.expand_path(__FILE__)
 
-RPERF_BACKENDS = %i[signal nanosleep].freeze
+RPERF_BACKENDS = %i[holder signal nanosleep].freeze
 RPERF_MODES = %i[cpu wall].freeze
 
 GVL_BLOCKED = ["<GVL>", "[GVL blocked]"].freeze

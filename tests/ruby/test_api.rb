@@ -38,7 +38,7 @@ class TestApi < Test::Unit::TestCase
     result = Rperf.start { rperf_work_a(0.03) }
     assert_equal(:cpu, result[:mode])
     assert_equal(1000, result[:frequency])
-    assert_equal(:signal, result[:backend], "signal is the default backend on Linux")
+    assert_equal(:holder, result[:backend], "holder is the default backend on Linux")
     assert_include(result.keys, :aggregated_samples)
     assert_not_include(result.keys, :raw_samples, "aggregate: true is the default")
   end
@@ -153,7 +153,7 @@ class TestApi < Test::Unit::TestCase
     assert_equal(:nanosleep, r[:backend], "signal: false selects nanosleep")
 
     r = Rperf.start(frequency: 500, signal: nil) { rperf_work_a(0.02) }
-    assert_equal(:signal, r[:backend], "signal: nil keeps the default")
+    assert_equal(:holder, r[:backend], "signal: nil keeps the default")
 
     # A real-time signal number other than the default one.
     r = Rperf.start(frequency: 500, signal: 40) { rperf_work_a(0.05) }
@@ -196,7 +196,7 @@ class TestApi < Test::Unit::TestCase
     RUBY
     run = run_child(script)
     assert_child_ok(run)
-    assert_equal(%w[signal nanosleep].map { |b| { "backend" => b, "refused" => "is in use", "hit" => "hit", "after" => "after" } },
+    assert_equal(RPERF_BACKENDS.map(&:to_s).map { |b| { "backend" => b, "refused" => "is in use", "hit" => "hit", "after" => "after" } },
                  run.reports, run.describe)
   end
 

@@ -125,7 +125,8 @@ class TestCLI < Test::Unit::TestCase
   end
 
   def test_unknown_backend_and_format
-    assert_usage_error(%w[record --backend itimer], /\Arperf: unknown backend "itimer" \(available: signal, nanosleep\)$/)
+    assert_usage_error(%w[record --backend itimer],
+                       /\Arperf: unknown backend "itimer" \(available: #{Rperf.backends.join(', ')}\)$/)
     assert_usage_error(%w[record --format svg], /\Arperf: unknown format "svg" \(available: .*pprof.*\)$/)
   end
 

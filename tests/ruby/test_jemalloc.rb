@@ -37,7 +37,7 @@ class TestJemalloc < Test::Unit::TestCase
     assert_child_ok(run, expected)
     rep = run.report
     assert_not_nil(rep, run.describe)
-    assert_equal(4, rep["runs"].size, run.describe)
+    assert_equal(RPERF_BACKENDS.size * RPERF_MODES.size, rep["runs"].size, run.describe)
     rep["runs"].each do |r|
       ctx = "#{r.inspect}\n#{run.describe}"
       assert_equal(expected, r["allocator"], ctx)

@@ -5,7 +5,10 @@
  * created during the run is not charged for the wait before its first turn;
  * the thread table keeps identities of threads the worker already freed;
  * the backend hears when a thread's Ractor becomes known; thread tokens of
- * an earlier run, or of a thread already freed, name nothing.
+ * an earlier run, or of a thread already freed, name nothing; in wall mode a
+ * GVL switch captures no stack unless its blocked/wait time is worth a
+ * sample, short ones ride on the next sample with their time intact; the
+ * engine counts threads announced but not yet run (unsettled).
  * Context: a plain C program (no Ruby); the test thread plays every Ruby
  * thread's "own" context in turn, the engine's worker runs for real.
  */
@@ -18,9 +21,11 @@
 
 static rperf_frame_t stack[3];
 static int depth;
+static int captures;
 
 static int fake_capture(rperf_frame_t *buf, int max)
 {
+    captures++;
     int d = depth < max ? depth : max;
     memcpy(buf, stack, (size_t)d * sizeof(*buf));
     return d;
@@ -45,9 +50,9 @@ static const rperf_backend_ops_t fake_backend = {
     .start = fb_start, .stop = fb_stop, .thread_identified = fb_identified,
 };
 
-static rperf_thread_t *start_wall(void)
+static rperf_thread_t *start_wall_at(int frequency)
 {
-    rperf_config_t cfg = { .frequency = 1000, .clock = RPERF_CLOCK_WALL, .aggregate = true,
+    rperf_config_t cfg = { .frequency = frequency, .clock = RPERF_CLOCK_WALL, .aggregate = true,
                            .ring_slots = 1024, .backend = &fake_backend };
     rperf_thread_t *caller = NULL;
     char err[128];
@@ -56,13 +61,16 @@ static rperf_thread_t *start_wall(void)
     return caller;
 }
 
-/* Let the monotonic clock move (a few µs of busy work, no sleeping). */
-static void let_time_pass(void)
+static rperf_thread_t *start_wall(void) { return start_wall_at(1000); }
+
+/* Let the monotonic clock move by at least ns (busy work, no sleeping). */
+static void let_ns_pass(int64_t ns)
 {
     int64_t t0 = rperf__mono_ns();
-    while (rperf__mono_ns() - t0 < 20000) {
+    while (rperf__mono_ns() - t0 < ns) {
     }
 }
+static void let_time_pass(void) { let_ns_pass(20000); }
 
 typedef struct found {
     int64_t root_weight;      /* depth-1 samples whose frame is the root */
@@ -195,11 +203,101 @@ RPERF_TEST(tokens_never_name_state_of_another_run)
     rperf_engine_release();
 }
 
+typedef struct gvl_sums {
+    int64_t blocked, wait, normal;
+} gvl_sums_t;
+static int sum_types(const rperf_result_sample_t *s, void *ctx)
+{
+    gvl_sums_t *g = ctx;
+    if (s->frames[0] == RPERF_SAMPLE_GVL_BLOCKED - 1) g->blocked += s->weight;
+    else if (s->frames[0] == RPERF_SAMPLE_GVL_WAIT - 1) g->wait += s->weight;
+    else g->normal += s->weight;
+    return 0;
+}
+
+RPERF_TEST(short_gvl_blocks_capture_nothing_and_ride_on_the_next_sample)
+{
+    start_wall_at(1);                /* threshold: 250 ms, far above these blocks */
+    depth = 3;
+    rperf_thread_t *pt = rperf_thread_new(RPERF_THREAD_CREATED);
+    rperf_ev_resumed(pt);
+    let_time_pass();
+    int before = captures;
+    for (int i = 0; i < 5; i++) {
+        rperf_ev_suspended(pt);      /* wall mode: no sample at SUSPENDED */
+        let_time_pass();             /* 20 us blocked: not worth a stack */
+        rperf_ev_resumed(pt);
+        RPERF_CHECK(pt->pend_blocked >= (i + 1) * 20000);
+    }
+    RPERF_CHECK_EQ(captures, before);   /* five switches, no stack captured */
+    int64_t pending = pt->pend_blocked;
+    rperf_sample_job(pt);            /* one capture: normal + the pending blocked */
+    RPERF_CHECK_EQ(captures, before + 1);
+    RPERF_CHECK_EQ(pt->pend_blocked, 0);
+    rperf_ev_suspended(pt);
+    rperf_ev_exited(pt);
+    rperf_engine_stop();
+    gvl_sums_t g = { 0, 0, 0 };
+    rperf_result_each_aggregated(sum_types, &g);
+    RPERF_CHECK_EQ(g.blocked, pending);  /* the blocked time, intact */
+    RPERF_CHECK_EQ(g.wait, 0);
+    rperf_engine_release();
+}
+
+RPERF_TEST(long_gvl_block_is_recorded_at_resumed_on_its_own_stack)
+{
+    start_wall_at(10000);            /* threshold: 25 us */
+    depth = 3;
+    rperf_thread_t *pt = rperf_thread_new(RPERF_THREAD_CREATED);
+    rperf_ev_resumed(pt);
+    rperf_ev_suspended(pt);
+    let_ns_pass(60000);
+    rperf_ev_ready(pt);
+    let_ns_pass(30000);
+    int before = captures;
+    rperf_ev_resumed(pt);
+    RPERF_CHECK_EQ(captures, before + 1);
+    RPERF_CHECK_EQ(pt->pend_blocked, 0);
+    RPERF_CHECK_EQ(pt->pend_wait, 0);
+    rperf_ev_suspended(pt);
+    rperf_ev_exited(pt);
+    rperf_engine_stop();
+    gvl_sums_t g = { 0, 0, 0 };
+    rperf_result_each_aggregated(sum_types, &g);
+    RPERF_CHECK(g.blocked >= 60000);
+    RPERF_CHECK(g.wait >= 30000);
+    rperf_engine_release();
+}
+
+RPERF_TEST(threads_announced_but_not_run_are_unsettled)
+{
+    start_wall();
+    RPERF_CHECK_EQ(rperf_engine_unsettled_threads(), 0);
+    rperf_thread_t *a = rperf_thread_new(RPERF_THREAD_CREATED);
+    rperf_thread_t *b = rperf_thread_new(RPERF_THREAD_CREATED);
+    rperf_thread_t *old = rperf_thread_new(RPERF_THREAD_EXISTING);
+    RPERF_CHECK_EQ(rperf_engine_unsettled_threads(), 2);
+    rperf_ev_resumed(a);             /* first turn */
+    RPERF_CHECK_EQ(rperf_engine_unsettled_threads(), 1);
+    rperf_ev_suspended(a);
+    rperf_ev_resumed(a);
+    RPERF_CHECK_EQ(rperf_engine_unsettled_threads(), 1);
+    rperf_ev_exited(b);              /* exits without ever running */
+    RPERF_CHECK_EQ(rperf_engine_unsettled_threads(), 0);
+    rperf_ev_resumed(old);
+    RPERF_CHECK_EQ(rperf_engine_unsettled_threads(), 0);
+    rperf_engine_stop();
+    rperf_engine_release();
+}
+
 int main(void)
 {
     rperf_engine_init(&host);
     return RPERF_RUN(RPERF_CASE(exiting_thread_settles_pending_time_on_its_root_frame),
                      RPERF_CASE(new_thread_is_not_charged_for_its_first_wait),
                      RPERF_CASE(thread_table_keeps_exited_threads),
-                     RPERF_CASE(tokens_never_name_state_of_another_run));
+                     RPERF_CASE(tokens_never_name_state_of_another_run),
+                     RPERF_CASE(short_gvl_blocks_capture_nothing_and_ride_on_the_next_sample),
+                     RPERF_CASE(long_gvl_block_is_recorded_at_resumed_on_its_own_stack),
+                     RPERF_CASE(threads_announced_but_not_run_are_unsettled));
 }

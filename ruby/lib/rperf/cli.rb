@@ -182,7 +182,7 @@ module Rperf
         op.on("-p", "--print", "print the text report to stdout instead of writing a file") { s.print = true } if sub == "record"
         op.on("--signal N|false", "tick signal, a real-time signal number (SIGRTMIN..SIGRTMAX), " \
                                    "or false for the nanosleep backend") { |v| s.signal = v }
-        op.on("--backend NAME", "timer backend: signal (default) or nanosleep") { |v| s.backend = v }
+        op.on("--backend NAME", "timer backend: holder (default), signal or nanosleep") { |v| s.backend = v }
         op.on("--no-aggregate", "keep every sample (raw mode)") { s.aggregate = false }
         op.on("--report", "add the flat and cumulative tables to the stats") { s.report = true } if sub == "stat"
         op.on("-v", "--verbose", "print sampling statistics and the top frames to stderr") { s.verbose = true }
@@ -510,6 +510,8 @@ module Rperf
         return
       end
       data = Rperf::Report.merge(parts.map { |pid, prof, _| [pid, prof] }).data
+      # pprof does not carry the backend: the one the processes were given
+      data[:backend] ||= (s.backend || (s.signal.to_s == "false" ? "nanosleep" : library.backends.first)).to_sym
       stats = sum_stats(parts.map(&:last))
       data[:sampling_count] = stats["samples"]
       write_output(s, data)

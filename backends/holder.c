@@ -1,0 +1,337 @@
+/*
+ * holder.c — the "holder" backend (the default): one timer pthread sleeping
+ * to absolute deadlines (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME); a
+ * deadline missed by more than a period is counted in timer_overruns and
+ * skipped) delivers every tick to the thread that holds the GVL, in every
+ * Ractor. The timer interrupt and the thread wake-up land on this thread,
+ * not on the application's; a GVL switch costs two plain atomic stores.
+ *
+ * Who holds a GVL: a table of slots, one per native thread that ran Ruby
+ * code during the run (claimed at its first RESUMED, freed when the native
+ * thread exits). RESUMED marks the slot as the holder of the main Ractor or
+ * of another Ractor (or of a Ractor not known yet: the thread's first job
+ * tells, thread_identified), SUSPENDED clears it. No system call per switch.
+ *
+ * Delivery per tick:
+ *  - the main Ractor's holder, when the trigger is exact: the job is
+ *    triggered straight from this thread (no signal). Ruby 3.3 flags the
+ *    main Ractor's running_ec, which every GVL acquisition of a 1:1 thread
+ *    sets to the acquirer (thread_pthread.c thread_sched_wait_running_turn,
+ *    thread.c blocking_region_end/THREAD_BLOCKING_END/yield), except that a
+ *    new thread's native thread sets it to itself on start-up, before it
+ *    waits for the GVL (ruby_thread_set_native). So the trigger is exact
+ *    unless (a) a thread announced by STARTED has not had its first turn yet
+ *    (rperf_engine_unsettled_threads), (a') the holder has not taken the
+ *    GVL through a RESUMED event in this run (the caller of start, or a
+ *    thread first met in its job: a thread started before the run may have
+ *    left running_ec pointing at itself), (b) the holder resumed less than
+ *    GUARD_NS ago (Ruby may set running_ec just after RESUMED), or (c) the
+ *    main Ractor runs M:N threads (RUBY_MN_THREADS=1: running_ec is cleared
+ *    while a thread switches away, which can race with the next holder).
+ *    Otherwise, and for a holder whose Ractor is not known yet:
+ *  - the tick signal (tgkill) to the holder; the handler (tick_signal.c)
+ *    triggers the job on that very thread, inside its own Ractor. Holders
+ *    of other Ractors always get it that way (Ruby 3.3 has no trigger for
+ *    another Ractor).
+ * When no thread of the main Ractor holds its GVL (all blocked), nothing is
+ * sent there: blocked time is recorded at RESUMED.
+ * At start, when other Ractors exist, every runnable task gets one
+ * bootstrap signal (tick_signal.c), so threads holding a GVL since before
+ * the start register themselves.
+ *
+ * Contexts: timer_main runs on the backend's own pthread (all signals
+ * blocked; no Ruby API: the trigger and tgkill are async-signal-safe and
+ * thread-safe); start/stop with the GVL held; thread_resumed/suspended in
+ * the thread hooks on the thread itself, thread_identified in the job (no
+ * Ruby API); the key destructor when a native thread exits;
+ * after_fork_child inside fork() in the child.
+ */
+#include "rperf_backend.h"
+#include "rperf_core.h"
+#include "tick_signal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NSEC 1000000000LL
+#define MAX_NAP_NS 50000000LL     /* re-check `running` at least every 50 ms */
+#define GUARD_NS 5000LL           /* a holder this fresh gets the signal */
+#define MAX_SLOTS 4096            /* native threads tracked at once */
+
+enum { HOLDS_NOTHING = 0, HOLDS_MAIN = 1, HOLDS_OTHER = 2 };
+
+typedef struct holder_slot {
+    _Atomic int32_t tid;          /* native thread; 0 = free slot */
+    _Atomic int holds;            /* HOLDS_* */
+    _Atomic int64_t since;        /* CLOCK_MONOTONIC at its last RESUMED */
+} holder_slot_t;
+
+static holder_slot_t table[MAX_SLOTS];
+static _Atomic int used;          /* table[0..used) may be claimed */
+static _Atomic int main_holder = -1;   /* slot holding the main Ractor's GVL */
+static _Atomic int other_holders;      /* slots in HOLDS_OTHER */
+static _Atomic uint64_t epoch = 1;     /* bumped per run: stale TLS indices */
+
+typedef struct my_slot {
+    int index;                    /* -1: none */
+    uint64_t epoch;
+} my_slot_t;
+static _Thread_local my_slot_t mine __attribute__((tls_model("initial-exec")));
+static pthread_key_t exit_key;
+static pthread_once_t key_once = PTHREAD_ONCE_INIT;
+
+static pthread_t timer;
+static int timer_started;
+static _Atomic int running;
+static int64_t period_ns;
+static bool mn_main;              /* RUBY_MN_THREADS: main Ractor is M:N */
+
+static int64_t mono_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * NSEC + t.tv_nsec;
+}
+
+/* ---- the holder table (own context: thread hooks and the job) ---------------- */
+
+/* Leave the slot's HOLDS_* state, keeping main_holder / other_holders right. */
+static void set_holds(int i, int holds)
+{
+    int was = atomic_exchange_explicit(&table[i].holds, holds, memory_order_acq_rel);
+    if (was == HOLDS_OTHER && holds != HOLDS_OTHER)
+        atomic_fetch_sub_explicit(&other_holders, 1, memory_order_relaxed);
+    else if (was != HOLDS_OTHER && holds == HOLDS_OTHER)
+        atomic_fetch_add_explicit(&other_holders, 1, memory_order_relaxed);
+    if (was == HOLDS_MAIN && holds != HOLDS_MAIN) {
+        int expect = i;
+        atomic_compare_exchange_strong(&main_holder, &expect, -1);
+    }
+    if (holds == HOLDS_MAIN) atomic_store_explicit(&main_holder, i, memory_order_release);
+}
+
+static bool have_slot(void)
+{
+    return mine.index >= 0 && mine.epoch == atomic_load_explicit(&epoch, memory_order_acquire);
+}
+
+static void on_native_thread_exit(void *arg)
+{
+    (void)arg;
+    if (have_slot()) {
+        set_holds(mine.index, HOLDS_NOTHING);
+        atomic_store(&table[mine.index].tid, 0);
+    }
+    mine.index = -1;
+}
+
+static void make_key(void) { pthread_key_create(&exit_key, on_native_thread_exit); }
+
+/* This native thread's slot (claimed on first use in a run), or -1. */
+static int claim_slot(void)
+{
+    if (have_slot()) return mine.index;
+    pthread_once(&key_once, make_key);
+    int32_t tid = (int32_t)syscall(SYS_gettid);
+    for (int i = 0; i < MAX_SLOTS; i++) {
+        int32_t free_tid = 0;
+        if (!atomic_compare_exchange_strong(&table[i].tid, &free_tid, tid)) continue;
+        int n = atomic_load(&used);
+        while (n < i + 1 && !atomic_compare_exchange_weak(&used, &n, i + 1)) {
+        }
+        mine.index = i;
+        mine.epoch = atomic_load(&epoch);
+        pthread_setspecific(exit_key, &mine);
+        return i;
+    }
+    return -1;                    /* table full: this thread gets no tick */
+}
+
+/* since: when Ruby handed this thread the GVL (a RESUMED event), 0 when it
+ * holds the GVL without one in this run (attached): then running_ec may
+ * still name another thread, and the direct trigger is not exact. */
+static void mark_holder(int64_t since, bool keep_since)
+{
+    if (!atomic_load_explicit(&running, memory_order_relaxed)) return;
+    rperf_thread_t *pt = rperf_current_thread_sigsafe();
+    int i = claim_slot();
+    if (i < 0 || !pt) return;
+    /* A Ractor not known yet counts as another Ractor: it gets the signal,
+     * whose job identifies it (thread_identified). */
+    int holds = rperf_thread_ractor(pt) == 1 ? HOLDS_MAIN : HOLDS_OTHER;
+    if (!keep_since) atomic_store_explicit(&table[i].since, since, memory_order_relaxed);
+    set_holds(i, holds);
+}
+
+static void holder_resumed(void) { mark_holder(mono_ns(), false); }
+static void holder_attached(void) { mark_holder(0, false); }
+static void holder_identified(void) { mark_holder(0, true); }
+
+static void holder_suspended(void)
+{
+    if (have_slot()) set_holds(mine.index, HOLDS_NOTHING);
+}
+
+static void clear_table(void)
+{
+    atomic_fetch_add(&epoch, 1);
+    for (int i = 0; i < MAX_SLOTS; i++) {
+        atomic_store(&table[i].holds, HOLDS_NOTHING);
+        atomic_store(&table[i].tid, 0);
+    }
+    atomic_store(&used, 0);
+    atomic_store(&main_holder, -1);
+    atomic_store(&other_holders, 0);
+}
+
+/* ---- delivery (timer thread) ------------------------------------------------ */
+
+static bool direct_trigger_exact(int i, int64_t now)
+{
+    int64_t since = atomic_load_explicit(&table[i].since, memory_order_relaxed);
+    return !mn_main && rperf_engine_unsettled_threads() == 0 && since > 0 &&
+           now - since >= GUARD_NS;
+}
+
+static void deliver(int64_t now)
+{
+    int m = atomic_load_explicit(&main_holder, memory_order_acquire);
+    if (m >= 0) {
+        if (direct_trigger_exact(m, now)) {
+            rperf_engine_tick_sigsafe();
+        } else {
+            int32_t tid = atomic_load_explicit(&table[m].tid, memory_order_relaxed);
+            if (tid > 0) rperf_tick_signal_send(tid);
+        }
+    }
+    if (atomic_load_explicit(&other_holders, memory_order_relaxed) <= 0) return;
+    int n = atomic_load_explicit(&used, memory_order_acquire);
+    for (int i = 0; i < n; i++) {
+        if (atomic_load_explicit(&table[i].holds, memory_order_acquire) != HOLDS_OTHER) continue;
+        int32_t tid = atomic_load_explicit(&table[i].tid, memory_order_relaxed);
+        if (tid > 0) rperf_tick_signal_send(tid);
+    }
+}
+
+static sem_t timer_up;            /* posted once the timer thread runs */
+
+static void *timer_main(void *arg)
+{
+    (void)arg;
+    int64_t deadline = mono_ns() + period_ns;
+    sem_post(&timer_up);
+    while (atomic_load(&running)) {
+        int64_t now = mono_ns();
+        if (now < deadline) {
+            int64_t until = deadline - now > MAX_NAP_NS ? now + MAX_NAP_NS : deadline;
+            struct timespec t = { .tv_sec = (time_t)(until / NSEC), .tv_nsec = (long)(until % NSEC) };
+            clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &t, NULL);   /* EINTR: loop */
+            continue;
+        }
+        deliver(now);
+        int64_t missed = (now - deadline) / period_ns;
+        if (missed > 0) rperf_engine_count_overruns((uint64_t)missed);
+        deadline += (missed + 1) * period_ns;
+    }
+    return NULL;
+}
+
+/* ---- lifecycle (GVL held) ------------------------------------------------------ */
+
+/* Ruby reads RUBY_MN_THREADS once, at boot, from its initial environment
+ * (thread_pthread.c ruby_mn_threads_params: atoi > 0). ENV changes made
+ * since do not count, so read the initial environment too. */
+static bool main_ractor_mn(void)
+{
+    static int cached = -1;
+    if (cached >= 0) return cached;
+    cached = 0;
+    int fd = open("/proc/self/environ", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return cached;
+    static char buf[1 << 16];
+    size_t len = 0;
+    ssize_t r;
+    while (len < sizeof(buf) - 1 && (r = read(fd, buf + len, sizeof(buf) - 1 - len)) > 0)
+        len += (size_t)r;
+    close(fd);
+    buf[len] = '\0';
+    static const char key[] = "RUBY_MN_THREADS=";
+    for (size_t at = 0; at < len; at += strlen(buf + at) + 1)
+        if (strncmp(buf + at, key, sizeof(key) - 1) == 0)
+            cached = atoi(buf + at + sizeof(key) - 1) > 0;
+    return cached;
+}
+
+static int holder_start(const rperf_backend_config_t *cfg, char *err, size_t errlen)
+{
+    period_ns = cfg->interval_ns;
+    mn_main = main_ractor_mn();
+    clear_table();
+    if (rperf_tick_signal_install(cfg->signo, err, errlen) < 0) return -1;
+    atomic_store(&running, 1);
+    /* The timer thread takes no signal: process-directed ones go to Ruby. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    sem_init(&timer_up, 0, 0);
+    int rc = pthread_create(&timer, NULL, timer_main, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    /* Wait until the timer thread runs: a new thread may otherwise wait for
+     * a CPU behind this one (which goes on computing) for a whole time
+     * slice (measured: 100 ms under load), and a short run got no tick. */
+    while (rc == 0 && sem_wait(&timer_up) != 0 && errno == EINTR) {
+    }
+    sem_destroy(&timer_up);
+    if (rc != 0) {
+        atomic_store(&running, 0);
+        rperf_tick_signal_restore();
+        snprintf(err, errlen, "rperf: failed to create the timer thread: %s", strerror(rc));
+        return -1;
+    }
+    timer_started = 1;
+    if (cfg->bootstrap) rperf_tick_signal_bootstrap();
+    return 0;
+}
+
+static void holder_stop(void)
+{
+    atomic_store(&running, 0);
+    if (timer_started) pthread_join(timer, NULL);
+    timer_started = 0;
+    clear_table();
+    rperf_tick_signal_restore();
+}
+
+static void holder_after_fork_child(void)
+{
+    atomic_store(&running, 0);    /* the timer thread does not exist here */
+    timer_started = 0;
+    clear_table();
+    mine.index = -1;
+    rperf_tick_signal_after_fork();
+}
+
+const rperf_backend_ops_t rperf_backend_holder = {
+    .version = RPERF_BACKEND_ABI_VERSION,
+    .name = "holder",
+    .description = "a timer thread delivers each tick to every Ractor's GVL holder: the main "
+                   "Ractor's by a direct trigger where that is exact, others by a signal",
+    .start = holder_start,
+    .stop = holder_stop,
+    .after_fork_child = holder_after_fork_child,
+    .thread_resumed = holder_resumed,
+    .thread_suspended = holder_suspended,
+    .thread_identified = holder_identified,
+    .thread_attached = holder_attached,
+};

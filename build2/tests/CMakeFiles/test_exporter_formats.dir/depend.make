@@ -1,2 +1,0 @@
-# Empty dependencies file for test_exporter_formats.
-# This may be replaced when dependencies are built.

@@ -1,2 +1,0 @@
-# Empty dependencies file for test_thread_lifecycle.
-# This may be replaced when dependencies are built.
