@@ -5,7 +5,10 @@
  * Contexts: thread_hook runs WITHOUT the GVL guarantee (RESUMED holds it;
  * SUSPENDED/EXITED run on the thread's own native thread; STARTED and READY
  * run on other native threads, even Ruby's timer thread): no Ruby API except
- * rb_internal_thread_specific_get/set. gc_hook runs inside GC on the thread
+ * rb_internal_thread_specific_get/set, and at RESUMED the Ractor-local
+ * storage read of rperf_rb_ractor_peek (safe there, see ractor.c), which
+ * tells the engine a thread's Ractor (main = 1) before the backend's
+ * thread_resumed runs. gc_hook runs inside GC on the thread
  * that runs the GC step: no allocation, no Ruby calls. install/remove run
  * with the GVL held (never from inside a hook).
  *
@@ -41,7 +44,14 @@ static void thread_hook(rb_event_flag_t ev, const rb_internal_thread_event_data_
             pt = rperf_thread_new(RPERF_THREAD_EXISTING);
             if (pt) rperf_rb_thread_state_set(th, pt);
         }
-        if (pt) rperf_ev_resumed(pt);
+        if (pt) {
+            /* main or not, before the backend hears of the thread (ractor.c) */
+            if (rperf_thread_ractor(pt) == 0) {
+                uint32_t id = rperf_rb_ractor_peek();
+                if (id) rperf_thread_set_ractor(pt, id);
+            }
+            rperf_ev_resumed(pt);
+        }
     } else if (ev & RUBY_INTERNAL_THREAD_EVENT_SUSPENDED) {
         if (pt) rperf_ev_suspended(pt);
     } else if (ev & RUBY_INTERNAL_THREAD_EVENT_READY) {
