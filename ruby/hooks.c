@@ -8,7 +8,9 @@
  * rb_internal_thread_specific_get/set, and at RESUMED the Ractor-local
  * storage read of rperf_rb_ractor_peek (safe there, see ractor.c), which
  * tells the engine a thread's Ractor (main = 1) before the backend's
- * thread_resumed runs. gc_hook runs inside GC on the thread
+ * thread_resumed runs; a thread of a Ractor with no number yet then
+ * triggers the job on itself (rb_postponed_job_trigger, as from a signal
+ * handler), so its Ractor is numbered without waiting for a tick. gc_hook runs inside GC on the thread
  * that runs the GC step: no allocation, no Ruby calls. install/remove run
  * with the GVL held (never from inside a hook).
  *
@@ -46,11 +48,15 @@ static void thread_hook(rb_event_flag_t ev, const rb_internal_thread_event_data_
         }
         if (pt) {
             /* main or not, before the backend hears of the thread (ractor.c) */
-            if (rperf_thread_ractor(pt) == 0) {
-                uint32_t id = rperf_rb_ractor_peek();
+            uint32_t id = rperf_thread_ractor(pt);
+            if (id == 0) {
+                id = rperf_rb_ractor_peek();
                 if (id) rperf_thread_set_ractor(pt, id);
             }
             rperf_ev_resumed(pt);
+            /* another Ractor's, not numbered yet: ask for the job here, so
+             * it is numbered without waiting for a backend tick */
+            if (id == 0) rperf_engine_register_sigsafe();
         }
     } else if (ev & RUBY_INTERNAL_THREAD_EVENT_SUSPENDED) {
         if (pt) rperf_ev_suspended(pt);
