@@ -10,19 +10,34 @@
  *    running thread. No signal is sent to main-Ractor threads.
  *  - other Ractors: a trigger from a non-Ruby thread never reaches them, so
  *    the tick is sent as the tick signal (tgkill) to every native thread
- *    that currently runs a Ruby thread of another Ractor (or of a Ractor
- *    not identified yet). Those are tracked in `slots`: a native thread
- *    claims a slot at its first RESUMED, marks it holding at RESUMED and
- *    idle at SUSPENDED, and frees it when it exits.
- * At start every task gets one bootstrap signal (tick_signal.c), which makes
- * threads already running before the start register themselves.
+ *    that currently runs a Ruby thread of another Ractor. Those are tracked
+ *    in `slots`: a native thread claims a slot at its first RESUMED, marks
+ *    it holding (main / other / new) at RESUMED and idle at SUSPENDED, and
+ *    frees it when it exits.
+ *  - new: a thread of another Ractor with no number yet (ractor id 0) asked
+ *    for the job at RESUMED (ruby/hooks.c), but the job bitset is one per
+ *    VM and another thread's flush may have run it. Each job that numbers a
+ *    thread (thread_identified) therefore sends the tick signal to every
+ *    `new` holder, so none waits for the timer thread to be numbered (on a
+ *    loaded machine this thread can be off the CPU for 50-300 ms).
+ * Main or other: the host identifies every main-Ractor thread before its
+ * thread_resumed (ruby/hooks.c, at RESUMED), so a thread whose Ractor is
+ * still unknown (0) there is another Ractor's, not numbered yet (`new`). The one
+ * main-Ractor thread that reaches thread_resumed unidentified is the caller
+ * of start, attached by the engine right after ns_start and identified by
+ * the host just after that: ns_start marks its native thread (`starting`),
+ * which counts as main until the caller is identified or suspends.
+ * At start every runnable task except the caller gets one bootstrap signal
+ * (tick_signal.c; cfg->bootstrap), which makes threads of other Ractors
+ * already running before the start register themselves; it never reaches
+ * a thread holding the main Ractor's GVL (that is the caller).
  *
  * Cost: every tick wakes this thread (~25 us of CPU on the reference
  * machine), which is why "signal" is the default (docs/backends.md).
  *
  * Contexts: timer_main runs on the backend's own pthread (no Ruby API: the
  * trigger and tgkill are async-signal-safe and thread-safe); start/stop
- * with the GVL held; thread_resumed/suspended/identified in thread hooks
+ * with the GVL held, on the caller's native thread; thread_resumed/suspended/identified in thread hooks
  * or the job on the thread itself (no Ruby API); the key destructor when a
  * native thread exits; after_fork_child inside fork() in the child.
  */
@@ -42,7 +57,7 @@
 #define MAX_SLEEP_NS 50000000LL   /* re-check `running` at least every 50 ms */
 #define MAX_SLOTS 4096            /* native threads tracked at once */
 
-enum { SLOT_IDLE = 0, SLOT_MAIN = 1, SLOT_OTHER = 2 };
+enum { SLOT_IDLE = 0, SLOT_MAIN = 1, SLOT_OTHER = 2, SLOT_NEW = 3 };   /* NEW: other, not numbered yet */
 
 typedef struct slot {
     _Atomic int32_t tid;          /* 0 = free */
@@ -60,6 +75,7 @@ static _Thread_local nt_slot_t tls __attribute__((tls_model("initial-exec")));
 static pthread_key_t exit_key;
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 static _Atomic uint64_t gen = 1;
+static _Thread_local uint64_t starting __attribute__((tls_model("initial-exec")));  /* == gen */
 
 static pthread_t thr;
 static _Atomic int running;
@@ -105,7 +121,10 @@ static int holder_state(void)
 {
     rperf_thread_t *pt = rperf_current_thread_sigsafe();
     if (!pt) return SLOT_IDLE;
-    return rperf_thread_ractor(pt) == 1 ? SLOT_MAIN : SLOT_OTHER;
+    uint32_t ractor = rperf_thread_ractor(pt);
+    if (ractor == 1) return SLOT_MAIN;
+    if (ractor == 0) return starting == atomic_load(&gen) ? SLOT_MAIN : SLOT_NEW;  /* MAIN: start's caller */
+    return SLOT_OTHER;
 }
 
 static void ns_thread_resumed(void)
@@ -115,8 +134,36 @@ static void ns_thread_resumed(void)
     if (s) atomic_store_explicit(&s->state, holder_state(), memory_order_release);
 }
 
+/* Send the tick signal to every holder whose state is `want` (with
+ * want == SLOT_OTHER also SLOT_NEW: both get the timer's ticks). Timer
+ * thread or thread hook; no Ruby API. */
+static void signal_holders(int want)
+{
+    int hwm = atomic_load_explicit(&slot_hwm, memory_order_acquire);
+    for (int i = 0; i < hwm; i++) {
+        int st = atomic_load_explicit(&slots[i].state, memory_order_acquire);
+        if (!(st == want || (want == SLOT_OTHER && st == SLOT_NEW))) continue;
+        int32_t tid = atomic_load_explicit(&slots[i].tid, memory_order_relaxed);
+        if (tid > 0) rperf_tick_signal_send(tid);
+    }
+}
+
+/* A job just numbered this thread (or the host did): that job emptied the
+ * VM-global bitset, maybe taking the one a new thread of another Ractor
+ * asked for at RESUMED (ruby/hooks.c). Every `new` holder gets the tick
+ * signal now (this thread is no longer one), so none waits for the timer
+ * thread to be numbered: it can be off the CPU for longer than a short
+ * Ractor lives. */
+static void ns_thread_identified(void)
+{
+    starting = 0;
+    ns_thread_resumed();
+    if (atomic_load_explicit(&running, memory_order_relaxed)) signal_holders(SLOT_NEW);
+}
+
 static void ns_thread_suspended(void)
 {
+    starting = 0;
     if (tls.idx < 0 || tls.gen != atomic_load(&gen)) return;
     atomic_store_explicit(&slots[tls.idx].state, SLOT_IDLE, memory_order_release);
 }
@@ -140,16 +187,6 @@ static struct timespec ns_ts(int64_t ns)
     return t;
 }
 
-static void tick_other_ractors(void)
-{
-    int hwm = atomic_load_explicit(&slot_hwm, memory_order_acquire);
-    for (int i = 0; i < hwm; i++) {
-        if (atomic_load_explicit(&slots[i].state, memory_order_acquire) != SLOT_OTHER) continue;
-        int32_t tid = atomic_load_explicit(&slots[i].tid, memory_order_relaxed);
-        if (tid > 0) rperf_tick_signal_send(tid);
-    }
-}
-
 static void *timer_main(void *arg)
 {
     (void)arg;
@@ -167,7 +204,7 @@ static void *timer_main(void *arg)
         }
         if (!atomic_load(&running)) break;
         rperf_engine_tick_sigsafe();     /* main Ractor */
-        tick_other_ractors();
+        signal_holders(SLOT_OTHER);  /* other Ractors (numbered or new) */
         int64_t late = (n - deadline) / interval_ns;
         if (late > 0) rperf_engine_count_overruns((uint64_t)late);
         deadline += (late + 1) * interval_ns;
@@ -181,6 +218,7 @@ static int ns_start(const rperf_backend_config_t *cfg, char *err, size_t errlen)
 {
     interval_ns = cfg->interval_ns;
     reset_slots();
+    starting = atomic_load(&gen);   /* this native thread runs the caller (main Ractor) */
     if (rperf_tick_signal_install(cfg->signo, err, errlen) < 0) return -1;
     atomic_store(&running, 1);
     int rc = pthread_create(&thr, NULL, timer_main, NULL);
@@ -223,5 +261,5 @@ const rperf_backend_ops_t rperf_backend_nanosleep = {
     .after_fork_child = ns_after_fork_child,
     .thread_resumed = ns_thread_resumed,
     .thread_suspended = ns_thread_suspended,
-    .thread_identified = ns_thread_resumed,
+    .thread_identified = ns_thread_identified,
 };

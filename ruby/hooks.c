@@ -5,7 +5,12 @@
  * Contexts: thread_hook runs WITHOUT the GVL guarantee (RESUMED holds it;
  * SUSPENDED/EXITED run on the thread's own native thread; STARTED and READY
  * run on other native threads, even Ruby's timer thread): no Ruby API except
- * rb_internal_thread_specific_get/set. gc_hook runs inside GC on the thread
+ * rb_internal_thread_specific_get/set, and at RESUMED the Ractor-local
+ * storage read of rperf_rb_ractor_peek (safe there, see ractor.c), which
+ * tells the engine a thread's Ractor (main = 1) before the backend's
+ * thread_resumed runs; a thread of a Ractor with no number yet then
+ * triggers the job on itself (rb_postponed_job_trigger, as from a signal
+ * handler), so its Ractor is numbered without waiting for a tick. gc_hook runs inside GC on the thread
  * that runs the GC step: no allocation, no Ruby calls. install/remove run
  * with the GVL held (never from inside a hook).
  *
@@ -41,7 +46,18 @@ static void thread_hook(rb_event_flag_t ev, const rb_internal_thread_event_data_
             pt = rperf_thread_new(RPERF_THREAD_EXISTING);
             if (pt) rperf_rb_thread_state_set(th, pt);
         }
-        if (pt) rperf_ev_resumed(pt);
+        if (pt) {
+            /* main or not, before the backend hears of the thread (ractor.c) */
+            uint32_t id = rperf_thread_ractor(pt);
+            if (id == 0) {
+                id = rperf_rb_ractor_peek();
+                if (id) rperf_thread_set_ractor(pt, id);
+            }
+            rperf_ev_resumed(pt);
+            /* another Ractor's, not numbered yet: ask for the job here, so
+             * it is numbered without waiting for a backend tick */
+            if (id == 0) rperf_engine_register_sigsafe();
+        }
     } else if (ev & RUBY_INTERNAL_THREAD_EVENT_SUSPENDED) {
         if (pt) rperf_ev_suspended(pt);
     } else if (ev & RUBY_INTERNAL_THREAD_EVENT_READY) {

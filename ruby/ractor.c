@@ -25,10 +25,37 @@
  * other threads under RUBY_MN_THREADS=1) report no name: their native
  * thread's name belongs to whichever thread Ruby started on it last.
  *
+ * Main or not, at RESUMED: rperf_rb_ractor_peek reads the running
+ * Ractor's record without allocating, and is called from the thread hook's
+ * RESUMED (hooks.c), so every main-Ractor thread is known as such before
+ * the backend hears of it (the :nanosleep backend signals only threads of
+ * other Ractors). Why that is safe there, from Ruby 3.3.8's source: RESUMED
+ * fires on the thread's own native thread, holding its Ractor's GVL
+ * (thread_pthread.c thread_sched_wait_running_turn; thread_pthread_mn.c
+ * co_start), after ruby_thread_set_native() set the native thread's current
+ * execution context to that thread (nt_start for dedicated native threads,
+ * thread_sched_switch0 for shared ones; a dedicated thread's is never
+ * cleared). rb_ractor_local_storage_ptr then only reads: the key's
+ * main-Ractor cache, or st_lookup in the running Ractor's own table, which
+ * only that Ractor's GVL holder writes. It takes no lock and allocates
+ * nothing (setting a record does allocate, so ids are still handed out by
+ * the job).
+ *
+ * Has another Ractor run? (rperf_rb_other_ractors_p, which decides the
+ * start-up bootstrap signal.) Always "maybe": Ruby 3.3 has no C API for
+ * the Ractor count (Ractor.count is a method call a tracer sees). A thread
+ * hook watching for the first non-main RESUMED since require would know
+ * (rperf cannot be required once a second Ractor has existed); skipping
+ * the bootstrap on that answer was tried and made Ractors created later
+ * lose all their samples now and then under :nanosleep with M:N threads
+ * (test_stress_ractors, 5 runs in 27; never with the bootstrap), for a
+ * reason not understood yet, so the bootstrap stays (docs/backends.md).
+ *
  * Context: rperf_rb_ractor_prepare and rperf_rb_thread_name run in the
  * sampling job (GVL held, any Ractor) or in start (main Ractor); they
- * allocate with malloc only. The storage's free function runs when the
- * Ractor is freed.
+ * allocate with malloc only. rperf_rb_ractor_peek runs in
+ * the thread hook's RESUMED (own native thread, GVL held, no allocation).
+ * The storage's free function runs when the Ractor is freed.
  */
 #include "rperf_ruby.h"
 
@@ -41,10 +68,20 @@ typedef struct ractor_rec {
     uint32_t id;
 } ractor_rec_t;
 
-static void rec_free(void *p) { free(p); }
+static ractor_rec_t main_rec = { 1 };  /* the main Ractor's, set at require */
+static void rec_free(void *p)
+{
+    if (p != &main_rec) free(p);
+}
 static const struct rb_ractor_local_storage_type rec_type = { NULL, rec_free };
 static rb_ractor_local_key_t rec_key;
 static _Atomic uint32_t next_id = 2;    /* 1 = the main Ractor */
+uint32_t rperf_rb_ractor_peek(void)
+{
+    const ractor_rec_t *rec = rb_ractor_local_storage_ptr(rec_key);
+    return rec ? rec->id : 0;
+}
+
 static char main_comm[16];              /* the main thread's kernel name at require */
 static bool mn_main;                    /* RUBY_MN_THREADS: main-Ractor threads share */
 
@@ -96,11 +133,10 @@ size_t rperf_rb_thread_name(char *buf, size_t cap)
 }
 
 /* GVL held, at start: may threads of other Ractors hold their GVL without
- * ever switching (so that only the bootstrap signal reaches them)? Ruby 3.3
- * exports no Ractor count (Ractor.count is a method call a tracer sees), so
- * the answer is always "maybe"; the bootstrap signals only runnable tasks,
- * which in a program without Ractors is at most a thread running C code
- * outside the GVL, or Ruby's timer thread at that instant. */
+ * ever switching (so that only the bootstrap signal reaches them)? Always
+ * "maybe" (see above); the bootstrap signals only runnable tasks, which in a
+ * program without Ractors is at most a thread running C code outside the
+ * GVL, or a helper thread, at that instant. */
 bool rperf_rb_other_ractors_p(void)
 {
     return true;
@@ -110,11 +146,7 @@ bool rperf_rb_other_ractors_p(void)
 void rperf_rb_ractor_init(void)
 {
     rec_key = rb_ractor_local_storage_ptr_newkey(&rec_type);
-    ractor_rec_t *rec = malloc(sizeof(*rec));
-    if (rec) {
-        rec->id = 1;
-        rb_ractor_local_storage_ptr_set(rec_key, rec);
-    }
+    rb_ractor_local_storage_ptr_set(rec_key, &main_rec);
     if (prctl(PR_GET_NAME, main_comm, 0, 0, 0) != 0) main_comm[0] = '\0';
     main_comm[sizeof(main_comm) - 1] = '\0';
     const char *mn = getenv("RUBY_MN_THREADS");
