@@ -39,7 +39,7 @@
  * bootstrap signal (tick_signal.c), so threads holding a GVL since before
  * the start register themselves.
  *
- * Contexts: timer_main runs on the backend's own pthread (all signals
+ * Contexts: deliver runs on the timer thread (timer_thread.c) (all signals
  * blocked; no Ruby API: the trigger and tgkill are async-signal-safe and
  * thread-safe); start/stop with the GVL held; thread_resumed/suspended in
  * the thread hooks on the thread itself, thread_identified in the job (no
@@ -49,11 +49,10 @@
 #include "rperf_backend.h"
 #include "rperf_core.h"
 #include "tick_signal.h"
+#include "timer_thread.h"
 
-#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <semaphore.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -65,7 +64,6 @@
 #include <unistd.h>
 
 #define NSEC 1000000000LL
-#define MAX_NAP_NS 50000000LL     /* re-check `running` at least every 50 ms */
 #define GUARD_NS 5000LL           /* a holder this fresh gets the signal */
 #define MAX_SLOTS 4096            /* native threads tracked at once */
 
@@ -91,10 +89,7 @@ static _Thread_local my_slot_t mine __attribute__((tls_model("initial-exec")));
 static pthread_key_t exit_key;
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 
-static pthread_t timer;
-static int timer_started;
 static _Atomic int running;
-static int64_t period_ns;
 static bool mn_main;              /* RUBY_MN_THREADS: main Ractor is M:N */
 
 static int64_t mono_ns(void)
@@ -224,29 +219,6 @@ static void deliver(int64_t now)
     }
 }
 
-static sem_t timer_up;            /* posted once the timer thread runs */
-
-static void *timer_main(void *arg)
-{
-    (void)arg;
-    int64_t deadline = mono_ns() + period_ns;
-    sem_post(&timer_up);
-    while (atomic_load(&running)) {
-        int64_t now = mono_ns();
-        if (now < deadline) {
-            int64_t until = deadline - now > MAX_NAP_NS ? now + MAX_NAP_NS : deadline;
-            struct timespec t = { .tv_sec = (time_t)(until / NSEC), .tv_nsec = (long)(until % NSEC) };
-            clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &t, NULL);   /* EINTR: loop */
-            continue;
-        }
-        deliver(now);
-        int64_t missed = (now - deadline) / period_ns;
-        if (missed > 0) rperf_engine_count_overruns((uint64_t)missed);
-        deadline += (missed + 1) * period_ns;
-    }
-    return NULL;
-}
-
 /* ---- lifecycle (GVL held) ------------------------------------------------------ */
 
 /* Ruby reads RUBY_MN_THREADS once, at boot, from its initial environment
@@ -275,31 +247,15 @@ static bool main_ractor_mn(void)
 
 static int holder_start(const rperf_backend_config_t *cfg, char *err, size_t errlen)
 {
-    period_ns = cfg->interval_ns;
     mn_main = main_ractor_mn();
     clear_table();
     if (rperf_tick_signal_install(cfg->signo, err, errlen) < 0) return -1;
     atomic_store(&running, 1);
-    /* The timer thread takes no signal: process-directed ones go to Ruby. */
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    sem_init(&timer_up, 0, 0);
-    int rc = pthread_create(&timer, NULL, timer_main, NULL);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    /* Wait until the timer thread runs: a new thread may otherwise wait for
-     * a CPU behind this one (which goes on computing) for a whole time
-     * slice (measured: 100 ms under load), and a short run got no tick. */
-    while (rc == 0 && sem_wait(&timer_up) != 0 && errno == EINTR) {
-    }
-    sem_destroy(&timer_up);
-    if (rc != 0) {
+    if (rperf_timer_thread_start(cfg->interval_ns, deliver, err, errlen) < 0) {
         atomic_store(&running, 0);
         rperf_tick_signal_restore();
-        snprintf(err, errlen, "rperf: failed to create the timer thread: %s", strerror(rc));
         return -1;
     }
-    timer_started = 1;
     if (cfg->bootstrap) rperf_tick_signal_bootstrap();
     return 0;
 }
@@ -307,16 +263,15 @@ static int holder_start(const rperf_backend_config_t *cfg, char *err, size_t err
 static void holder_stop(void)
 {
     atomic_store(&running, 0);
-    if (timer_started) pthread_join(timer, NULL);
-    timer_started = 0;
+    rperf_timer_thread_stop();
     clear_table();
     rperf_tick_signal_restore();
 }
 
 static void holder_after_fork_child(void)
 {
-    atomic_store(&running, 0);    /* the timer thread does not exist here */
-    timer_started = 0;
+    atomic_store(&running, 0);
+    rperf_timer_thread_after_fork();   /* the timer thread does not exist here */
     clear_table();
     mine.index = -1;
     rperf_tick_signal_after_fork();

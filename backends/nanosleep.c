@@ -1,6 +1,6 @@
 /*
  * nanosleep.c — the "nanosleep" backend: one timer pthread sleeping to
- * absolute deadlines (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME)), so
+ * absolute deadlines (timer_thread.c, shared with the holder backend), so
  * the period does not drift; deadlines missed by more than one period are
  * counted as overruns and skipped.
  *
@@ -35,7 +35,7 @@
  * Cost: every tick wakes this thread (~25 us of CPU on the reference
  * machine), which is why "signal" is the default (docs/backends.md).
  *
- * Contexts: timer_main runs on the backend's own pthread (no Ruby API: the
+ * Contexts: deliver runs on the timer thread (timer_thread.c) (no Ruby API: the
  * trigger and tgkill are async-signal-safe and thread-safe); start/stop
  * with the GVL held, on the caller's native thread; thread_resumed/suspended/identified in thread hooks
  * or the job on the thread itself (no Ruby API); the key destructor when a
@@ -44,6 +44,7 @@
 #include "rperf_backend.h"
 #include "rperf_core.h"
 #include "tick_signal.h"
+#include "timer_thread.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -54,7 +55,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_SLEEP_NS 50000000LL   /* re-check `running` at least every 50 ms */
 #define MAX_SLOTS 4096            /* native threads tracked at once */
 
 enum { SLOT_IDLE = 0, SLOT_MAIN = 1, SLOT_OTHER = 2, SLOT_NEW = 3 };   /* NEW: other, not numbered yet */
@@ -77,10 +77,7 @@ static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 static _Atomic uint64_t gen = 1;
 static _Thread_local uint64_t starting __attribute__((tls_model("initial-exec")));  /* == gen */
 
-static pthread_t thr;
 static _Atomic int running;
-static int started;
-static int64_t interval_ns;
 
 /* ---- GVL-holder slots (own context) --------------------------------------- */
 
@@ -178,57 +175,28 @@ static void reset_slots(void)
     atomic_store(&slot_hwm, 0);
 }
 
-/* ---- the timer thread ------------------------------------------------------ */
+/* ---- the tick (timer thread, timer_thread.c) ------------------------------ */
 
-static int64_t ts_ns(const struct timespec *t) { return (int64_t)t->tv_sec * 1000000000LL + t->tv_nsec; }
-static struct timespec ns_ts(int64_t ns)
+static void deliver(int64_t now)
 {
-    struct timespec t = { .tv_sec = (time_t)(ns / 1000000000LL), .tv_nsec = (long)(ns % 1000000000LL) };
-    return t;
-}
-
-static void *timer_main(void *arg)
-{
-    (void)arg;
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    int64_t deadline = ts_ns(&now) + interval_ns;
-    while (atomic_load(&running)) {
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        int64_t n = ts_ns(&now);
-        if (n < deadline) {
-            int64_t target = deadline - n > MAX_SLEEP_NS ? n + MAX_SLEEP_NS : deadline;
-            struct timespec t = ns_ts(target);
-            clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &t, NULL);
-            continue;
-        }
-        if (!atomic_load(&running)) break;
-        rperf_engine_tick_sigsafe();     /* main Ractor */
-        signal_holders(SLOT_OTHER);  /* other Ractors (numbered or new) */
-        int64_t late = (n - deadline) / interval_ns;
-        if (late > 0) rperf_engine_count_overruns((uint64_t)late);
-        deadline += (late + 1) * interval_ns;
-    }
-    return NULL;
+    (void)now;
+    rperf_engine_tick_sigsafe();     /* main Ractor */
+    signal_holders(SLOT_OTHER);      /* other Ractors (numbered or new) */
 }
 
 /* ---- lifecycle (GVL held) --------------------------------------------------- */
 
 static int ns_start(const rperf_backend_config_t *cfg, char *err, size_t errlen)
 {
-    interval_ns = cfg->interval_ns;
     reset_slots();
     starting = atomic_load(&gen);   /* this native thread runs the caller (main Ractor) */
     if (rperf_tick_signal_install(cfg->signo, err, errlen) < 0) return -1;
     atomic_store(&running, 1);
-    int rc = pthread_create(&thr, NULL, timer_main, NULL);
-    if (rc != 0) {
+    if (rperf_timer_thread_start(cfg->interval_ns, deliver, err, errlen) < 0) {
         atomic_store(&running, 0);
         rperf_tick_signal_restore();
-        snprintf(err, errlen, "rperf: failed to create the timer thread: %s", strerror(rc));
         return -1;
     }
-    started = 1;
     if (cfg->bootstrap) rperf_tick_signal_bootstrap();
     return 0;
 }
@@ -236,16 +204,15 @@ static int ns_start(const rperf_backend_config_t *cfg, char *err, size_t errlen)
 static void ns_stop(void)
 {
     atomic_store(&running, 0);
-    if (started) pthread_join(thr, NULL);
-    started = 0;
+    rperf_timer_thread_stop();
     reset_slots();
     rperf_tick_signal_restore();
 }
 
 static void ns_after_fork_child(void)
 {
-    atomic_store(&running, 0);     /* the timer thread does not exist here */
-    started = 0;
+    atomic_store(&running, 0);
+    rperf_timer_thread_after_fork();   /* the timer thread does not exist here */
     reset_slots();
     tls.idx = -1;
     rperf_tick_signal_after_fork();
