@@ -249,15 +249,10 @@ static int holder_start(const rperf_backend_config_t *cfg, char *err, size_t err
 {
     mn_main = main_ractor_mn();
     clear_table();
-    if (rperf_tick_signal_install(cfg->signo, err, errlen) < 0) return -1;
     atomic_store(&running, 1);
-    if (rperf_timer_thread_start(cfg->interval_ns, deliver, err, errlen) < 0) {
-        atomic_store(&running, 0);
-        rperf_tick_signal_restore();
-        return -1;
-    }
-    if (cfg->bootstrap) rperf_tick_signal_bootstrap();
-    return 0;
+    if (rperf_timer_thread_start(cfg, deliver, err, errlen) == 0) return 0;
+    atomic_store(&running, 0);
+    return -1;
 }
 
 static void holder_stop(void)
@@ -265,7 +260,6 @@ static void holder_stop(void)
     atomic_store(&running, 0);
     rperf_timer_thread_stop();
     clear_table();
-    rperf_tick_signal_restore();
 }
 
 static void holder_after_fork_child(void)
@@ -274,7 +268,6 @@ static void holder_after_fork_child(void)
     rperf_timer_thread_after_fork();   /* the timer thread does not exist here */
     clear_table();
     mine.index = -1;
-    rperf_tick_signal_after_fork();
 }
 
 const rperf_backend_ops_t rperf_backend_holder = {

@@ -190,15 +190,10 @@ static int ns_start(const rperf_backend_config_t *cfg, char *err, size_t errlen)
 {
     reset_slots();
     starting = atomic_load(&gen);   /* this native thread runs the caller (main Ractor) */
-    if (rperf_tick_signal_install(cfg->signo, err, errlen) < 0) return -1;
     atomic_store(&running, 1);
-    if (rperf_timer_thread_start(cfg->interval_ns, deliver, err, errlen) < 0) {
-        atomic_store(&running, 0);
-        rperf_tick_signal_restore();
-        return -1;
-    }
-    if (cfg->bootstrap) rperf_tick_signal_bootstrap();
-    return 0;
+    if (rperf_timer_thread_start(cfg, deliver, err, errlen) == 0) return 0;
+    atomic_store(&running, 0);
+    return -1;
 }
 
 static void ns_stop(void)
@@ -206,7 +201,6 @@ static void ns_stop(void)
     atomic_store(&running, 0);
     rperf_timer_thread_stop();
     reset_slots();
-    rperf_tick_signal_restore();
 }
 
 static void ns_after_fork_child(void)
@@ -215,7 +209,6 @@ static void ns_after_fork_child(void)
     rperf_timer_thread_after_fork();   /* the timer thread does not exist here */
     reset_slots();
     tls.idx = -1;
-    rperf_tick_signal_after_fork();
 }
 
 const rperf_backend_ops_t rperf_backend_nanosleep = {

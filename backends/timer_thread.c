@@ -11,6 +11,10 @@
  * the caller, which goes on computing, for a whole time slice (measured:
  * 100 ms under load), and a short run got no tick at all.
  *
+ * It also owns the tick signal for these backends (install at start, the
+ * start-up bootstrap, restore at stop and in a fork child): their holders
+ * of other Ractors get ticks as that signal.
+ *
  * Contexts: tick_main runs on the tick thread (no Ruby API: the deliver
  * function may only tick the engine and send signals); start/stop with the
  * GVL held; after_fork inside fork() in the child.
@@ -18,6 +22,7 @@
 #include "timer_thread.h"
 
 #include "rperf_core.h"
+#include "tick_signal.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -67,9 +72,11 @@ static void *tick_main(void *arg)
     return NULL;
 }
 
-int rperf_timer_thread_start(int64_t period_ns, rperf_deliver_fn deliver, char *err, size_t errlen)
+int rperf_timer_thread_start(const rperf_backend_config_t *cfg, rperf_deliver_fn deliver,
+                             char *err, size_t errlen)
 {
-    period = period_ns;
+    if (rperf_tick_signal_install(cfg->signo, err, errlen) < 0) return -1;
+    period = cfg->interval_ns;
     deliver_fn = deliver;
     atomic_store(&running, 1);
     sem_init(&up, 0, 0);
@@ -81,6 +88,7 @@ int rperf_timer_thread_start(int64_t period_ns, rperf_deliver_fn deliver, char *
     if (rc != 0) {
         atomic_store(&running, 0);
         sem_destroy(&up);
+        rperf_tick_signal_restore();
         snprintf(err, errlen, "rperf: failed to create the timer thread: %s", strerror(rc));
         return -1;
     }
@@ -88,6 +96,7 @@ int rperf_timer_thread_start(int64_t period_ns, rperf_deliver_fn deliver, char *
     }
     sem_destroy(&up);   /* glibc: safe once sem_wait returned */
     started = 1;
+    if (cfg->bootstrap) rperf_tick_signal_bootstrap();
     return 0;
 }
 
@@ -96,12 +105,14 @@ void rperf_timer_thread_stop(void)
     atomic_store(&running, 0);
     if (started) pthread_join(thr, NULL);
     started = 0;
+    rperf_tick_signal_restore();
 }
 
 void rperf_timer_thread_after_fork(void)
 {
     atomic_store(&running, 0);
     started = 0;
+    rperf_tick_signal_after_fork();
 }
 
 bool rperf_timer_thread_running(void) { return atomic_load_explicit(&running, memory_order_relaxed) != 0; }

@@ -6,6 +6,8 @@
 #ifndef RPERF_TIMER_THREAD_H
 #define RPERF_TIMER_THREAD_H
 
+#include "rperf_backend.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -14,13 +16,17 @@
  * tick and tgkill only). `now` is CLOCK_MONOTONIC ns. */
 typedef void (*rperf_deliver_fn)(int64_t now);
 
-/* GVL held: start the tick thread (all signals blocked on it) and return
- * once it runs. 0, or -1 with a message in err (nothing left running). */
-int rperf_timer_thread_start(int64_t period_ns, rperf_deliver_fn deliver, char *err,
-                             size_t errlen);
-/* GVL held: stop and join it; no deliver call happens after this returns. */
+/* GVL held: install the tick signal, start the tick thread (all signals
+ * blocked on it), return once it runs, then send the start-up bootstrap
+ * when cfg asks for it. 0, or -1 with a message in err (nothing left
+ * running, the signal's action restored). */
+int rperf_timer_thread_start(const rperf_backend_config_t *cfg, rperf_deliver_fn deliver,
+                             char *err, size_t errlen);
+/* GVL held: stop and join the thread (no deliver call after this returns),
+ * then restore the tick signal's action. */
 void rperf_timer_thread_stop(void);
-/* Inside fork() in the child: the thread does not exist there. */
+/* Inside fork() in the child: the thread does not exist there; the tick
+ * signal's action is restored. */
 void rperf_timer_thread_after_fork(void);
 /* any context: is a run's tick thread going? */
 bool rperf_timer_thread_running(void);

@@ -28,6 +28,8 @@ typedef struct rperf__buf {
 
 int rperf__buf_reserve(rperf__buf_t *b, size_t extra);
 int rperf__buf_append(rperf__buf_t *b, const void *p, size_t n);
+int rperf__buf_put_cstr(rperf__buf_t *b, const char *s);   /* a C string, no NUL */
+int rperf__buf_put_u64(rperf__buf_t *b, uint64_t v);       /* in decimal */
 void rperf__buf_free(rperf__buf_t *b);
 /* Room for `n` uint32 values at the start of `b` (contents not kept):
  * a scratch array for sequence keys. NULL on allocation failure. */

@@ -600,35 +600,13 @@ typedef struct {
 } html_state_t;
 
 static int
-put_raw(html_state_t *st, const char *s, size_t n)
-{
-    return rperf__buf_append(&st->out, s, n);
-}
-
-static int
-put_lit(html_state_t *st, const char *s)
-{
-    return put_raw(st, s, strlen(s));
-}
-
-static int
-put_u64(html_state_t *st, uint64_t v)
-{
-    int rc = rperf__buf_reserve(&st->out, 24);
-    if (rc)
-        return rc;
-    st->out.len += rperf__u64_dec((char *)st->out.data + st->out.len, v);
-    return 0;
-}
-
-static int
 put_i64(html_state_t *st, int64_t v)
 {
     if (v < 0) {
-        int rc = put_raw(st, "-", 1);
-        return rc ? rc : put_u64(st, (uint64_t)0 - (uint64_t)v);
+        int rc = rperf__buf_append(&st->out, "-", 1);
+        return rc ? rc : rperf__buf_put_u64(&st->out, (uint64_t)0 - (uint64_t)v);
     }
-    return put_u64(st, (uint64_t)v);
+    return rperf__buf_put_u64(&st->out, (uint64_t)v);
 }
 
 /* A JSON string literal that is also safe inside an HTML script element
@@ -649,7 +627,7 @@ flush_out(html_state_t *st)
 static int
 put_opt(html_state_t *st, const rperf_profile_view_t *v, uint32_t flag, int64_t val)
 {
-    return (v->flags & flag) ? put_i64(st, val) : put_lit(st, "null");
+    return (v->flags & flag) ? put_i64(st, val) : rperf__buf_put_cstr(&st->out, "null");
 }
 
 static int
@@ -659,24 +637,24 @@ put_meta(html_state_t *st, const rperf_profile_view_t *v)
     for (size_t i = 0; i < v->sample_count; i++)
         total += v->samples[i].weight;
     int rc;
-    if ((rc = put_lit(st, v->mode == RPERF_MODE_WALL ? "{\"version\":1,\"meta\":{\"mode\":\"wall\""
+    if ((rc = rperf__buf_put_cstr(&st->out, v->mode == RPERF_MODE_WALL ? "{\"version\":1,\"meta\":{\"mode\":\"wall\""
                                                     : "{\"version\":1,\"meta\":{\"mode\":\"cpu\"")) ||
-        (rc = put_lit(st, ",\"frequency\":")) || (rc = put_i64(st, v->frequency)) ||
-        (rc = put_lit(st, ",\"start_time_ns\":")) ||
+        (rc = rperf__buf_put_cstr(&st->out, ",\"frequency\":")) || (rc = put_i64(st, v->frequency)) ||
+        (rc = rperf__buf_put_cstr(&st->out, ",\"start_time_ns\":")) ||
         (rc = put_opt(st, v, RPERF_VIEW_HAS_START_TIME, v->start_time_ns)) ||
-        (rc = put_lit(st, ",\"duration_ns\":")) ||
+        (rc = rperf__buf_put_cstr(&st->out, ",\"duration_ns\":")) ||
         (rc = put_opt(st, v, RPERF_VIEW_HAS_DURATION, v->duration_ns)) ||
-        (rc = put_lit(st, ",\"sampling_count\":")) ||
+        (rc = rperf__buf_put_cstr(&st->out, ",\"sampling_count\":")) ||
         (rc = put_opt(st, v, RPERF_VIEW_HAS_SAMPLING_COUNT, v->sampling_count)) ||
-        (rc = put_lit(st, ",\"backend\":")) ||
-        (rc = v->backend.len ? put_str(st, v->backend.ptr, v->backend.len) : put_lit(st, "null")) ||
-        (rc = put_lit(st, ",\"rperf\":")) ||
+        (rc = rperf__buf_put_cstr(&st->out, ",\"backend\":")) ||
+        (rc = v->backend.len ? put_str(st, v->backend.ptr, v->backend.len) : rperf__buf_put_cstr(&st->out, "null")) ||
+        (rc = rperf__buf_put_cstr(&st->out, ",\"rperf\":")) ||
         (rc = put_str(st, v->rperf_version.ptr, v->rperf_version.len)) ||
-        (rc = put_lit(st, ",\"ruby\":")) ||
+        (rc = rperf__buf_put_cstr(&st->out, ",\"ruby\":")) ||
         (rc = put_str(st, v->ruby_description.ptr, v->ruby_description.len)) ||
-        (rc = put_lit(st, ",\"entries\":")) || (rc = put_u64(st, v->sample_count)) ||
-        (rc = put_lit(st, ",\"total_ns\":")) || (rc = put_i64(st, total)) ||
-        (rc = put_lit(st, "}")))
+        (rc = rperf__buf_put_cstr(&st->out, ",\"entries\":")) || (rc = rperf__buf_put_u64(&st->out, v->sample_count)) ||
+        (rc = rperf__buf_put_cstr(&st->out, ",\"total_ns\":")) || (rc = put_i64(st, total)) ||
+        (rc = rperf__buf_put_cstr(&st->out, "}")))
         return rc;
     return 0;
 }
@@ -685,47 +663,47 @@ static int
 put_tables(html_state_t *st, const rperf_profile_view_t *v)
 {
     int rc;
-    if ((rc = put_lit(st, ",\"frames\":[")))
+    if ((rc = rperf__buf_put_cstr(&st->out, ",\"frames\":[")))
         return rc;
     for (size_t i = 0; i < v->frame_count; i++) {
         const rperf_view_frame_t *f = &v->frames[i];
-        if ((rc = put_lit(st, i ? ",[" : "[")))
+        if ((rc = rperf__buf_put_cstr(&st->out, i ? ",[" : "[")))
             return rc;
-        rc = f->name.len ? put_str(st, f->name.ptr, f->name.len) : put_lit(st, "\"(unknown)\"");
-        if (rc || (rc = put_raw(st, ",", 1)) || (rc = put_str(st, f->file.ptr, f->file.len)) ||
-            (rc = put_raw(st, ",", 1)) || (rc = put_i64(st, f->line > 0 ? f->line : 0)) ||
-            (rc = put_raw(st, "]", 1)) || (rc = flush_out(st)))
+        rc = f->name.len ? put_str(st, f->name.ptr, f->name.len) : rperf__buf_put_cstr(&st->out, "\"(unknown)\"");
+        if (rc || (rc = rperf__buf_append(&st->out, ",", 1)) || (rc = put_str(st, f->file.ptr, f->file.len)) ||
+            (rc = rperf__buf_append(&st->out, ",", 1)) || (rc = put_i64(st, f->line > 0 ? f->line : 0)) ||
+            (rc = rperf__buf_append(&st->out, "]", 1)) || (rc = flush_out(st)))
             return rc;
     }
-    if ((rc = put_lit(st, "],\"threads\":[")))
+    if ((rc = rperf__buf_put_cstr(&st->out, "],\"threads\":[")))
         return rc;
     for (size_t i = 0; i < v->thread_count; i++) {
         const rperf_view_thread_t *t = &v->threads[i];
-        if ((rc = put_lit(st, i ? ",[" : "[")) || (rc = put_u64(st, t->thread_seq)) ||
-            (rc = put_raw(st, ",", 1)) || (rc = put_u64(st, t->ractor_id)) ||
-            (rc = put_raw(st, ",", 1)) ||
-            (rc = t->name.len ? put_str(st, t->name.ptr, t->name.len) : put_lit(st, "null")) ||
-            (rc = put_raw(st, ",", 1)) || (rc = put_i64(st, t->native_tid)) ||
-            (rc = put_raw(st, "]", 1)))
+        if ((rc = rperf__buf_put_cstr(&st->out, i ? ",[" : "[")) || (rc = rperf__buf_put_u64(&st->out, t->thread_seq)) ||
+            (rc = rperf__buf_append(&st->out, ",", 1)) || (rc = rperf__buf_put_u64(&st->out, t->ractor_id)) ||
+            (rc = rperf__buf_append(&st->out, ",", 1)) ||
+            (rc = t->name.len ? put_str(st, t->name.ptr, t->name.len) : rperf__buf_put_cstr(&st->out, "null")) ||
+            (rc = rperf__buf_append(&st->out, ",", 1)) || (rc = put_i64(st, t->native_tid)) ||
+            (rc = rperf__buf_append(&st->out, "]", 1)))
             return rc;
     }
-    if ((rc = put_lit(st, "],\"label_sets\":[")))
+    if ((rc = rperf__buf_put_cstr(&st->out, "],\"label_sets\":[")))
         return rc;
     for (size_t i = 0; i < v->label_set_count; i++) {
         const rperf_view_label_set_t *ls = &v->label_sets[i];
-        if ((rc = put_lit(st, i ? ",[" : "[")))
+        if ((rc = rperf__buf_put_cstr(&st->out, i ? ",[" : "[")))
             return rc;
         for (uint32_t k = 0; k < ls->count; k++) {
             const rperf_view_label_t *l = &ls->labels[k];
-            if ((rc = put_lit(st, k ? ",[" : "[")) || (rc = put_str(st, l->key.ptr, l->key.len)) ||
-                (rc = put_raw(st, ",", 1)) || (rc = put_str(st, l->value.ptr, l->value.len)) ||
-                (rc = put_raw(st, "]", 1)))
+            if ((rc = rperf__buf_put_cstr(&st->out, k ? ",[" : "[")) || (rc = put_str(st, l->key.ptr, l->key.len)) ||
+                (rc = rperf__buf_append(&st->out, ",", 1)) || (rc = put_str(st, l->value.ptr, l->value.len)) ||
+                (rc = rperf__buf_append(&st->out, "]", 1)))
                 return rc;
         }
-        if ((rc = put_raw(st, "]", 1)) || (rc = flush_out(st)))
+        if ((rc = rperf__buf_append(&st->out, "]", 1)) || (rc = flush_out(st)))
             return rc;
     }
-    return put_lit(st, "]");
+    return rperf__buf_put_cstr(&st->out, "]");
 }
 
 /* Merge every stack into the call tree; st->leaf[i] = sample i's node. */
@@ -757,39 +735,39 @@ put_tree(html_state_t *st, const rperf_profile_view_t *v)
 {
     const tree_t *t = &st->tree;
     int rc;
-    if ((rc = put_lit(st, ",\"parent\":[")))
+    if ((rc = rperf__buf_put_cstr(&st->out, ",\"parent\":[")))
         return rc;
     for (size_t i = 1; i < t->count; i++)
-        if ((i > 1 && (rc = put_raw(st, ",", 1))) || (rc = put_u64(st, i - t->parent[i])) ||
+        if ((i > 1 && (rc = rperf__buf_append(&st->out, ",", 1))) || (rc = rperf__buf_put_u64(&st->out, i - t->parent[i])) ||
             (rc = flush_out(st)))
             return rc;
-    if ((rc = put_lit(st, "],\"frame\":[")))
+    if ((rc = rperf__buf_put_cstr(&st->out, "],\"frame\":[")))
         return rc;
     for (size_t i = 1; i < t->count; i++)
-        if ((i > 1 && (rc = put_raw(st, ",", 1))) || (rc = put_u64(st, t->frame[i])) ||
+        if ((i > 1 && (rc = rperf__buf_append(&st->out, ",", 1))) || (rc = rperf__buf_put_u64(&st->out, t->frame[i])) ||
             (rc = flush_out(st)))
             return rc;
-    if ((rc = put_lit(st, "],\"samples\":[")))
+    if ((rc = rperf__buf_put_cstr(&st->out, "],\"samples\":[")))
         return rc;
     for (size_t i = 0; i < v->sample_count; i++) {
         const rperf_view_sample_t *s = &v->samples[i];
-        if ((i && (rc = put_raw(st, ",", 1))) || (rc = put_u64(st, st->leaf[i])) ||
-            (rc = put_raw(st, ",", 1)) || (rc = put_i64(st, s->weight)) ||
-            (rc = put_raw(st, ",", 1)) || (rc = put_u64(st, s->thread_seq)) ||
-            (rc = put_raw(st, ",", 1)) || (rc = put_u64(st, s->label_set_id)) ||
+        if ((i && (rc = rperf__buf_append(&st->out, ",", 1))) || (rc = rperf__buf_put_u64(&st->out, st->leaf[i])) ||
+            (rc = rperf__buf_append(&st->out, ",", 1)) || (rc = put_i64(st, s->weight)) ||
+            (rc = rperf__buf_append(&st->out, ",", 1)) || (rc = rperf__buf_put_u64(&st->out, s->thread_seq)) ||
+            (rc = rperf__buf_append(&st->out, ",", 1)) || (rc = rperf__buf_put_u64(&st->out, s->label_set_id)) ||
             (rc = flush_out(st)))
             return rc;
     }
-    return put_lit(st, "]}");
+    return rperf__buf_put_cstr(&st->out, "]}");
 }
 
 static int
 html_run(html_state_t *st, const rperf_profile_view_t *v)
 {
     int rc;
-    if ((rc = build_tree(st, v)) || (rc = put_raw(st, page_head, sizeof page_head - 1)) ||
+    if ((rc = build_tree(st, v)) || (rc = rperf__buf_append(&st->out, page_head, sizeof page_head - 1)) ||
         (rc = put_meta(st, v)) || (rc = put_tables(st, v)) || (rc = put_tree(st, v)) ||
-        (rc = put_lit(st, "\n")) || (rc = put_raw(st, page_tail, sizeof page_tail - 1)))
+        (rc = rperf__buf_put_cstr(&st->out, "\n")) || (rc = rperf__buf_append(&st->out, page_tail, sizeof page_tail - 1)))
         return rc;
     return rperf__buf_flush(&st->out, st->w, 0);
 }

@@ -47,29 +47,6 @@ flush_out(json_state_t *st, int force)
     return rperf__buf_flush(&st->out, st->w, force ? 0 : RPERF__FLUSH_AT);
 }
 
-static int
-put_raw(json_state_t *st, const char *s, size_t n)
-{
-    return rperf__buf_append(&st->out, s, n);
-}
-
-static int
-put_lit(json_state_t *st, const char *s)
-{
-    return put_raw(st, s, strlen(s));
-}
-
-/* A non-negative integer (every number in the format is one). */
-static int
-put_u64(json_state_t *st, uint64_t v)
-{
-    int rc = rperf__buf_reserve(&st->out, 24);
-    if (rc)
-        return rc;
-    st->out.len += rperf__u64_dec((char *)st->out.data + st->out.len, v);
-    return 0;
-}
-
 /* A JSON string literal with quotes. */
 static int
 put_str(json_state_t *st, const char *p, size_t n)
@@ -120,7 +97,7 @@ static int
 json_run(json_state_t *st, const rperf_profile_view_t *v)
 {
     int rc;
-    if ((rc = put_lit(st, "{\"$schema\":\"https://www.speedscope.app/file-format-schema.json\","
+    if ((rc = rperf__buf_put_cstr(&st->out, "{\"$schema\":\"https://www.speedscope.app/file-format-schema.json\","
                           "\"exporter\":")))
         return rc;
     {
@@ -133,28 +110,28 @@ json_run(json_state_t *st, const rperf_profile_view_t *v)
         }
         rperf__buf_free(&ex);
     }
-    if ((rc = put_lit(st, v->mode == RPERF_MODE_WALL ? ",\"name\":\"rperf wall profile\""
+    if ((rc = rperf__buf_put_cstr(&st->out, v->mode == RPERF_MODE_WALL ? ",\"name\":\"rperf wall profile\""
                                                      : ",\"name\":\"rperf cpu profile\"")) ||
-        (rc = put_lit(st, ",\"activeProfileIndex\":0,\"shared\":{\"frames\":[")))
+        (rc = rperf__buf_put_cstr(&st->out, ",\"activeProfileIndex\":0,\"shared\":{\"frames\":[")))
         return rc;
     for (size_t i = 0; i < v->frame_count; i++) {
         const rperf_view_frame_t *f = &v->frames[i];
-        if ((rc = put_lit(st, i ? ",{\"name\":" : "{\"name\":")))
+        if ((rc = rperf__buf_put_cstr(&st->out, i ? ",{\"name\":" : "{\"name\":")))
             return rc;
-        rc = f->name.len ? put_str(st, f->name.ptr, f->name.len) : put_lit(st, "\"(unknown)\"");
-        if (rc || (rc = put_lit(st, ",\"file\":")) || (rc = put_str(st, f->file.ptr, f->file.len)))
+        rc = f->name.len ? put_str(st, f->name.ptr, f->name.len) : rperf__buf_put_cstr(&st->out, "\"(unknown)\"");
+        if (rc || (rc = rperf__buf_put_cstr(&st->out, ",\"file\":")) || (rc = put_str(st, f->file.ptr, f->file.len)))
             return rc;
         if (f->line > 0 &&
-            ((rc = put_lit(st, ",\"line\":")) || (rc = put_u64(st, (uint64_t)f->line))))
+            ((rc = rperf__buf_put_cstr(&st->out, ",\"line\":")) || (rc = rperf__buf_put_u64(&st->out, (uint64_t)f->line))))
             return rc;
-        if ((rc = put_lit(st, "}")) || (rc = flush_out(st, 0)))
+        if ((rc = rperf__buf_put_cstr(&st->out, "}")) || (rc = flush_out(st, 0)))
             return rc;
     }
-    if ((rc = put_lit(st, "]},\"profiles\":[")))
+    if ((rc = rperf__buf_put_cstr(&st->out, "]},\"profiles\":[")))
         return rc;
 
     if (v->sample_count == 0) {
-        if ((rc = put_lit(st, "{\"type\":\"sampled\",\"name\":\"empty\",\"unit\":\"nanoseconds\","
+        if ((rc = rperf__buf_put_cstr(&st->out, "{\"type\":\"sampled\",\"name\":\"empty\",\"unit\":\"nanoseconds\","
                               "\"startValue\":0,\"endValue\":0,\"samples\":[],\"weights\":[]}")))
             return rc;
     } else {
@@ -174,39 +151,39 @@ json_run(json_state_t *st, const rperf_profile_view_t *v)
             int64_t total = 0;
             while (j < v->sample_count && v->samples[st->order[j]].thread_seq == seq)
                 total += v->samples[st->order[j++]].weight;
-            if ((rc = put_lit(st, first_profile ? "{\"type\":\"sampled\",\"name\":"
+            if ((rc = rperf__buf_put_cstr(&st->out, first_profile ? "{\"type\":\"sampled\",\"name\":"
                                                 : ",{\"type\":\"sampled\",\"name\":")) ||
                 (rc = put_profile_name(st, seq)) ||
-                (rc = put_lit(st, ",\"unit\":\"nanoseconds\",\"startValue\":0,\"endValue\":")) ||
-                (rc = put_u64(st, (uint64_t)total)) || (rc = put_lit(st, ",\"samples\":[")))
+                (rc = rperf__buf_put_cstr(&st->out, ",\"unit\":\"nanoseconds\",\"startValue\":0,\"endValue\":")) ||
+                (rc = rperf__buf_put_u64(&st->out, (uint64_t)total)) || (rc = rperf__buf_put_cstr(&st->out, ",\"samples\":[")))
                 return rc;
             first_profile = 0;
             for (size_t k = i; k < j; k++) {
                 const rperf_view_sample_t *s = &v->samples[st->order[k]];
-                if ((rc = put_lit(st, k > i ? ",[" : "[")))
+                if ((rc = rperf__buf_put_cstr(&st->out, k > i ? ",[" : "[")))
                     return rc;
                 for (uint32_t d = s->depth; d-- > 0;) {
-                    if ((d + 1 < s->depth && (rc = put_raw(st, ",", 1))) ||
-                        (rc = put_u64(st, s->frames[d])))
+                    if ((d + 1 < s->depth && (rc = rperf__buf_append(&st->out, ",", 1))) ||
+                        (rc = rperf__buf_put_u64(&st->out, s->frames[d])))
                         return rc;
                 }
-                if ((rc = put_raw(st, "]", 1)) || (rc = flush_out(st, 0)))
+                if ((rc = rperf__buf_append(&st->out, "]", 1)) || (rc = flush_out(st, 0)))
                     return rc;
             }
-            if ((rc = put_lit(st, "],\"weights\":[")))
+            if ((rc = rperf__buf_put_cstr(&st->out, "],\"weights\":[")))
                 return rc;
             for (size_t k = i; k < j; k++) {
-                if ((k > i && (rc = put_raw(st, ",", 1))) ||
-                    (rc = put_u64(st, (uint64_t)v->samples[st->order[k]].weight)) ||
+                if ((k > i && (rc = rperf__buf_append(&st->out, ",", 1))) ||
+                    (rc = rperf__buf_put_u64(&st->out, (uint64_t)v->samples[st->order[k]].weight)) ||
                     (rc = flush_out(st, 0)))
                     return rc;
             }
-            if ((rc = put_lit(st, "]}")))
+            if ((rc = rperf__buf_put_cstr(&st->out, "]}")))
                 return rc;
             i = j;
         }
     }
-    if ((rc = put_lit(st, "]}\n")))
+    if ((rc = rperf__buf_put_cstr(&st->out, "]}\n")))
         return rc;
     return flush_out(st, 1);
 }

@@ -59,6 +59,22 @@ rperf__buf_append(rperf__buf_t *b, const void *p, size_t n)
     return 0;
 }
 
+int
+rperf__buf_put_cstr(rperf__buf_t *b, const char *s)
+{
+    return rperf__buf_append(b, s, strlen(s));
+}
+
+int
+rperf__buf_put_u64(rperf__buf_t *b, uint64_t v)
+{
+    int rc = rperf__buf_reserve(b, 24);
+    if (rc)
+        return rc;
+    b->len += rperf__u64_dec((char *)b->data + b->len, v);
+    return 0;
+}
+
 void
 rperf__buf_free(rperf__buf_t *b)
 {
