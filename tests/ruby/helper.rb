@@ -173,7 +173,9 @@ def run_command(cmd, env: {}, timeout: 120)
       end
       wait.join
     end
-    ChildRun.new(wait.value, out.value, err.value, timed_out)
+    # children print UTF-8 (names, JSON) whatever the locale (POSIX: US-ASCII)
+    ChildRun.new(wait.value, out.value.force_encoding(Encoding::UTF_8),
+                 err.value.force_encoding(Encoding::UTF_8), timed_out)
   end
 end
 

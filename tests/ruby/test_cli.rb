@@ -24,9 +24,12 @@ class TestCLI < Test::Unit::TestCase
   end
 
   # -> [stdout, stderr, Process::Status], run in @dir
+  # The command's output is UTF-8 (diff prints "Δ"), whatever the locale:
+  # in the POSIX locale Open3 would tag it US-ASCII.
   def rperf(*args, env: {})
-    Open3.capture3({ "RUBYOPT" => nil, "RPERF_ENABLED" => nil }.merge(env), RbConfig.ruby, EXE, *args,
-                   chdir: @dir)
+    out, err, st = Open3.capture3({ "RUBYOPT" => nil, "RPERF_ENABLED" => nil }.merge(env), RbConfig.ruby, EXE,
+                                  *args, chdir: @dir)
+    [out.force_encoding(Encoding::UTF_8), err.force_encoding(Encoding::UTF_8), st]
   end
 
   # A usage error: one message line, a blank line, the usage; exit 1; the

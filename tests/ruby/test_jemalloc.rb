@@ -44,7 +44,11 @@ class TestJemalloc < Test::Unit::TestCase
       assert_equal(expected, r["raw_allocator"], ctx)
       assert_kind_of(Integer, r["mem"], ctx)
       assert_operator(r["mem"], :>, 0, ctx)
-      assert_true(r["has_b"], ctx)
+      # :nanosleep triggers the main Ractor through Ruby's running_ec, which
+      # the workload's earlier Thread.new leaves on that (finished) thread:
+      # its jobs may then not run on the main thread (docs/backends.md,
+      # "Known limitation of :nanosleep"); the other backends are exact.
+      assert_true(r["has_b"], ctx) unless r["combo"].start_with?("nanosleep/")
       assert_operator(r["raw_n"], :>, 0, ctx)
     end
     assert_true(rep["fork_ok"], "forked child under #{expected}: #{rep.inspect}")

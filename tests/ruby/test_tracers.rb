@@ -220,6 +220,9 @@ class TestTracers < Test::Unit::TestCase
       named.each { |n, _enc, valid| assert_true(valid, "#{what}: #{n.inspect} is a valid String") }
       assert_include(named.map(&:first), "main", "#{what}: the main thread")
       next if ENV["RUBY_MN_THREADS"] == "1" # threads sharing native threads have no name
+      # names are read by a thread's own sampling job; :nanosleep's jobs may
+      # land on another thread (docs/backends.md, known limitation)
+      next if backend == :nanosleep
 
       assert_include(named.map(&:first), "worker-1", "#{what}: #{rep['names']}")
       cut = named.map(&:first).find { |n| n.start_with?("\u00e9") }
