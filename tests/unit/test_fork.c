@@ -8,53 +8,10 @@
  * threads' "own" context, the engine's worker runs for real. Not run under
  * TSan (fork with live threads is outside what TSan models).
  */
-#include "core_internal.h"
-#include "rperf_test.h"
+#include "fake_engine.h"
 
-#include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-static rperf_frame_t stack[2] = { 0x5000, 0x5008 };
-
-static int fake_capture(rperf_frame_t *buf, int max)
-{
-    int d = 2 < max ? 2 : max;
-    memcpy(buf, stack, (size_t)d * sizeof(*buf));
-    return d;
-}
-static void fake_trigger(void) {}
-static const rperf_host_t host = { fake_capture, fake_trigger, NULL };
-
-static int fb_start(const rperf_backend_config_t *c, char *e, size_t n)
-{
-    (void)c;
-    (void)e;
-    (void)n;
-    return 0;
-}
-static void fb_stop(void) {}
-static const rperf_backend_ops_t fake_backend = {
-    .version = RPERF_BACKEND_ABI_VERSION, .name = "fake", .description = "test",
-    .start = fb_start, .stop = fb_stop,
-};
-
-static rperf_thread_t *start_wall(void)
-{
-    rperf_config_t cfg = { .frequency = 1000, .clock = RPERF_CLOCK_WALL, .aggregate = true,
-                           .ring_slots = 1024, .backend = &fake_backend };
-    rperf_thread_t *caller = NULL;
-    char err[128];
-    if (rperf_engine_start(&cfg, &caller, err, sizeof(err)) < 0) return NULL;
-    return caller;
-}
-
-static void let_time_pass(void)
-{
-    int64_t t0 = rperf__mono_ns();
-    while (rperf__mono_ns() - t0 < 20000) {
-    }
-}
 
 static int count_samples(const rperf_result_sample_t *s, void *ctx)
 {
@@ -86,6 +43,9 @@ static int child_checks(rperf_thread_t *pt, uintptr_t token)
 
 RPERF_TEST(fork_parks_the_worker_and_the_child_profiles_itself)
 {
+    stack[0] = 0x5000;
+    stack[1] = 0x5008;
+    depth = 2;
     for (int round = 0; round < 20; round++) {
         rperf_thread_t *main_pt = start_wall();
         RPERF_CHECK(main_pt != NULL);

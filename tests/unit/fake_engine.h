@@ -1,0 +1,71 @@
+/*
+ * fake_engine.h — the fake host and fake backend shared by the engine's
+ * life-cycle unit tests (test_thread_lifecycle.c, test_fork.c): capture
+ * returns `depth` frames of `stack` (and counts the calls), the backend
+ * starts nothing and counts identifications. Also: starting a wall-mode
+ * run and letting the monotonic clock move without sleeping.
+ * Context: plain C test programs (no Ruby); static definitions, one
+ * including file per executable.
+ */
+#ifndef RPERF_FAKE_ENGINE_H
+#define RPERF_FAKE_ENGINE_H
+
+#include "core_internal.h"
+#include "rperf_test.h"
+
+#include <string.h>
+
+static rperf_frame_t stack[3];
+static int depth;
+static int captures;
+static int identified;
+
+static int fake_capture(rperf_frame_t *buf, int max)
+{
+    captures++;
+    int d = depth < max ? depth : max;
+    memcpy(buf, stack, (size_t)d * sizeof(*buf));
+    return d;
+}
+static void fake_trigger(void) {}
+static const rperf_host_t host = { fake_capture, fake_trigger, NULL };
+
+static int fb_start(const rperf_backend_config_t *c, char *e, size_t n)
+{
+    (void)c;
+    (void)e;
+    (void)n;
+    return 0;
+}
+static void fb_stop(void) {}
+static void fb_identified(void) { identified++; }
+static const rperf_backend_ops_t fake_backend = {
+    .version = RPERF_BACKEND_ABI_VERSION, .name = "fake", .description = "test",
+    .start = fb_start, .stop = fb_stop, .thread_identified = fb_identified,
+};
+
+/* A wall-mode run at `frequency` with the fake backend; NULL on failure
+ * (recorded as a failed check). */
+static rperf_thread_t *start_wall_at(int frequency)
+{
+    rperf_config_t cfg = { .frequency = frequency, .clock = RPERF_CLOCK_WALL, .aggregate = true,
+                           .ring_slots = 1024, .backend = &fake_backend };
+    rperf_thread_t *caller = NULL;
+    char err[128];
+    RPERF_CHECK_EQ(rperf_engine_start(&cfg, &caller, err, sizeof(err)), 0);
+    RPERF_CHECK(caller != NULL);
+    return caller;
+}
+
+static rperf_thread_t *start_wall(void) { return start_wall_at(1000); }
+
+/* Let the monotonic clock move by at least ns (busy work, no sleeping). */
+static void let_ns_pass(int64_t ns)
+{
+    int64_t t0 = rperf__mono_ns();
+    while (rperf__mono_ns() - t0 < ns) {
+    }
+}
+static void let_time_pass(void) { let_ns_pass(20000); }
+
+#endif
