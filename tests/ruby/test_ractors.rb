@@ -83,7 +83,15 @@ class TestRactors < Test::Unit::TestCase
     RUBY
   end
 
-  def check_proportional(rep, mode, ractors, what)
+  # Shares are statistical. Where the reference is the amount of work (M:N,
+  # cpu mode) rather than a clock measured around it, CPU time per unit of
+  # work also varies with the machine: on a loaded VM, time the host takes
+  # the vCPU away counts as thread CPU time (measured up to 1.5x between
+  # Ractors doing the same work). That case gets a wider band, still far
+  # from the neighbouring Ractor's 2x share.
+  def share_tolerance(mode, threads) = mode == :cpu && threads > 1 ? 0.5 : 0.35
+
+  def check_proportional(rep, mode, ractors, what, tolerance = 0.35)
     ref = mode == :cpu ? rep["cpu"] : rep["wall"]
     weights = (0...ractors).map { |i| rep["weights"][i.to_s] }
     total_w = weights.sum.to_f
@@ -94,7 +102,7 @@ class TestRactors < Test::Unit::TestCase
     ractors.times do |i|
       share = ref[i] / total_r
       got = weights[i] / total_w
-      assert_in_delta(share, got, share * 0.35,
+      assert_in_delta(share, got, share * tolerance,
                       "#{what}: Ractor #{i} weight share #{got.round(3)} vs its #{mode} share " \
                       "#{share.round(3)}\n#{rep.inspect}")
       ids = rep["seqs"][i.to_s].map { |s| ractor_of[s] }.uniq
@@ -112,7 +120,7 @@ class TestRactors < Test::Unit::TestCase
       what = "#{ractors} Ractors x #{threads} threads #{backend}/#{mode}"
       run = run_child(work_script(backend, mode, ractors, threads, cpu), timeout: 180)
       assert_child_ok(run, what)
-      check_proportional(run.report, mode, ractors, what)
+      check_proportional(run.report, mode, ractors, what, share_tolerance(mode, threads))
     end
   end
 
