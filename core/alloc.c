@@ -99,16 +99,59 @@ void rperf__free(void *p, size_t size)
     else free(p);
 }
 
-/* Zeroed page-sized blocks (ring segments). With libc they are mapped and
- * unmapped directly: a server that starts a thread per connection allocates
- * a ring per thread on that thread's malloc arena and frees it from the
- * worker's, which left glibc's arenas fragmented and RSS creeping up by
- * megabytes per thousand threads; unmapped pages go back to the system at
- * once. jemalloc's private arena handles this itself. */
+/* Page-sized blocks (ring segments; contents undefined). With libc they are
+ * mapped and unmapped directly: a server that starts a thread per connection
+ * allocates a ring per thread on that thread's malloc arena and frees it
+ * from the worker's, which left glibc's arenas fragmented and RSS creeping
+ * up by megabytes per thousand threads; unmapped pages go back to the system
+ * at once. jemalloc's private arena handles this itself.
+ *
+ * Thread churn (a thread per connection) would then cost an mmap, an munmap
+ * and fresh page faults per thread: freed blocks of the most common size are
+ * kept in a small cache (PAGE_CACHE_MAX blocks, counted in the profiler's
+ * memory) and handed out again (blocks up to 64 KiB: the initial ring
+ * size, not grown segments). The cache is guarded by a try-only lock: a
+ * caller that finds it taken maps or unmaps directly, so nothing ever waits
+ * on it, and a lock left taken by a thread that vanished in fork() only
+ * disables the cache until the child resets it (rperf__pages_fork_child). */
+#define PAGE_CACHE_MAX 64
+#define PAGE_CACHE_BLOCK_MAX (64u << 10)   /* grown ring segments are not kept */
+
+static struct {
+    atomic_flag busy;
+    size_t size;               /* size of every cached block */
+    int n;
+    void *blocks[PAGE_CACHE_MAX];
+} PC = { .busy = ATOMIC_FLAG_INIT };
+
+static void *cache_take(size_t size)
+{
+    if (atomic_flag_test_and_set_explicit(&PC.busy, memory_order_acquire)) return NULL;
+    void *p = PC.n > 0 && PC.size == size ? PC.blocks[--PC.n] : NULL;
+    atomic_flag_clear_explicit(&PC.busy, memory_order_release);
+    return p;
+}
+
+static bool cache_put(void *p, size_t size)
+{
+    if (size > PAGE_CACHE_BLOCK_MAX) return false;
+    if (atomic_flag_test_and_set_explicit(&PC.busy, memory_order_acquire)) return false;
+    bool kept = false;
+    if (PC.n == 0) PC.size = size;
+    if (PC.size == size && PC.n < PAGE_CACHE_MAX) {
+        PC.blocks[PC.n++] = p;
+        kept = true;
+    }
+    atomic_flag_clear_explicit(&PC.busy, memory_order_release);
+    return kept;
+}
+
 void *rperf__alloc_pages(size_t size)
 {
     if (A.use_jemalloc) return rperf__calloc(1, size);
-    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void *p = cache_take(size);
+    if (p) return p;
+    p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return NULL;
     atomic_fetch_add_explicit(&A.bytes, size, memory_order_relaxed);
     return p;
@@ -121,9 +164,25 @@ void rperf__free_pages(void *p, size_t size)
         rperf__free(p, size);
         return;
     }
+    if (cache_put(p, size)) return;
     atomic_fetch_sub_explicit(&A.bytes, size, memory_order_relaxed);
     munmap(p, size);
 }
+
+/* GVL held, no run (stop, fork reset): give the cached blocks back. */
+void rperf__pages_release_cache(void)
+{
+    if (atomic_flag_test_and_set_explicit(&PC.busy, memory_order_acquire)) return;
+    while (PC.n > 0) {
+        atomic_fetch_sub_explicit(&A.bytes, PC.size, memory_order_relaxed);
+        munmap(PC.blocks[--PC.n], PC.size);
+    }
+    atomic_flag_clear_explicit(&PC.busy, memory_order_release);
+}
+
+/* Inside fork() in the child (one thread): a lock held by a parent thread
+ * that does not exist here is released; the blocks stay valid. */
+void rperf__pages_fork_child(void) { atomic_flag_clear(&PC.busy); }
 
 /* ---- ck_ht allocator: deferred frees go through the worker's epoch ------ */
 

@@ -47,8 +47,10 @@ int rperf__alloc_init(void);
 void *rperf__alloc(size_t size);
 void *rperf__calloc(size_t n, size_t size);
 void rperf__free(void *p, size_t size);
-void *rperf__alloc_pages(size_t size);            /* zeroed */
+void *rperf__alloc_pages(size_t size);            /* contents undefined */
 void rperf__free_pages(void *p, size_t size);
+void rperf__pages_release_cache(void);
+void rperf__pages_fork_child(void);
 extern struct ck_malloc rperf__ck_allocator;   /* for ck_ht (frees deferred) */
 
 /* ---- per-native-thread state (initial-exec TLS, see thread_state.c) ----- */

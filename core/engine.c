@@ -25,6 +25,7 @@ static void fork_parent(void) { rperf__worker_fork_parent(); }
 static void fork_child(void)
 {
     rperf__worker_fork_child();
+    rperf__pages_fork_child();
     int was = atomic_exchange(&rperf__engine.running, 0);
     atomic_store(&rperf__engine.inflight, 0);
     if (was && rperf__engine.cfg.backend && rperf__engine.cfg.backend->after_fork_child)
@@ -99,6 +100,7 @@ static void free_run(void)
     rperf__agg_destroy();
     rperf__threads_free_all();
     rperf__archive_clear();
+    rperf__pages_release_cache();
     atomic_store(&rperf__engine.has_results, 0);
 }
 

@@ -1,7 +1,8 @@
 /*
  * test_core.c — unit tests of the engine's ring and aggregation: wrap-around,
  * full ring drops, sample encoding, synthetic frames, aggregation keys and
- * raw-mode ordering, a ring shrinking back after a burst, minor-GC marking
+ * raw-mode ordering, a ring shrinking back after a burst, ring blocks reused
+ * through the page cache, minor-GC marking
  * that skips old frames, and a snapshot clear that unpins every frame.
  * Context: a plain C program (no Ruby); the test plays
  * both the producer and the worker on one thread.
@@ -271,6 +272,36 @@ RPERF_TEST(ring_shrinks_back_after_a_burst)
     rperf__frames_destroy();
 }
 
+/* A thread per connection must not cost an mmap/munmap and fresh page
+ * faults per thread: freed ring blocks of the initial size are reused,
+ * counted as profiler memory while cached, and given back at release. */
+RPERF_TEST(freed_ring_blocks_are_reused_and_released)
+{
+    setup();
+    rperf__pages_release_cache();
+    size_t base = rperf_engine_memory_bytes();
+    size_t sz = 1024 * sizeof(ck_ring_buffer_t);
+    void *a = rperf__alloc_pages(sz);
+    void *b = rperf__alloc_pages(sz);
+    RPERF_CHECK(a && b && a != b);
+    memset(a, 0xab, sz);                                /* the pages are usable */
+    rperf__free_pages(a, sz);
+    rperf__free_pages(b, sz);
+    RPERF_CHECK_EQ(rperf_engine_memory_bytes(), base + 2 * sz); /* cached blocks still count */
+    void *c = rperf__alloc_pages(sz);
+    RPERF_CHECK(c == a || c == b);                      /* reused, not mapped anew */
+    size_t big = (size_t)RPERF_RING_MAX_SLOTS * sizeof(ck_ring_buffer_t);
+    void *g = rperf__alloc_pages(big);
+    RPERF_CHECK(g != NULL);
+    rperf__free_pages(g, big);                          /* grown segments are not kept */
+    RPERF_CHECK_EQ(rperf_engine_memory_bytes(), base + 2 * sz);
+    rperf__pages_fork_child();                          /* resetting the lock keeps the blocks */
+    rperf__free_pages(c, sz);
+    RPERF_CHECK_EQ(rperf_engine_memory_bytes(), base + 2 * sz);
+    rperf__pages_release_cache();
+    RPERF_CHECK_EQ(rperf_engine_memory_bytes(), base);
+}
+
 static bool low_frames_are_old(rperf_frame_t v) { return v < fake_frame(5); }
 
 RPERF_TEST(minor_marking_skips_old_frames_and_clear_unpins_all)
@@ -319,5 +350,6 @@ int main(void)
                      RPERF_CASE(raw_mode_keeps_every_sample_in_time_order),
                      RPERF_CASE(synthetic_frames_go_to_the_leaf),
                      RPERF_CASE(ring_shrinks_back_after_a_burst),
+                     RPERF_CASE(freed_ring_blocks_are_reused_and_released),
                      RPERF_CASE(minor_marking_skips_old_frames_and_clear_unpins_all));
 }
