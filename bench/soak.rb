@@ -10,6 +10,9 @@
 #   raw         Rperf.start(frequency: 1000, mode: :wall) + Rperf::Middleware
 #               with label: :raw — every URL is its own label set (the stress)
 #   normalized  the same with the default label (ids folded: 4 label sets)
+#   profiled    the profiler alone, no middleware (not in the default set:
+#               --configs=off,profiled,normalized separates the profiler's
+#               cost from the middleware's)
 #
 #   server  a real Rack app (Rack::Handler::WEBrick) served by WEBrick over
 #           loopback in a child Ruby per configuration; this process is the
@@ -58,7 +61,8 @@
 # Options: --scale=F (requests and URLs x F), --requests=N (server part;
 #          the in-process part gets 4 N), --part=server|inproc (default
 #          both), --configs=off,raw,normalized, --max-label-sets=N,
-#          --backend=signal|nanosleep (default: Rperf's default, :signal),
+#          --backend=NAME (default: Rperf's default), --frequency=HZ
+#          (default 1000), --mode=wall|cpu (default wall),
 #          --json (one "RPERF_SOAK {json}" line per part).
 # tests/ruby/test_soak.rb runs a short version through RperfSoak.run.
 
@@ -68,7 +72,8 @@ require "socket"
 
 module RperfSoak
   LIB = File.expand_path("../build/lib", __dir__)
-  CONFIGS = %w[off raw normalized].freeze
+  CONFIGS = %w[off raw normalized profiled].freeze
+  DEFAULT_CONFIGS = %w[off raw normalized].freeze
   # [requests, urls, window] at scale 1
   PARTS = { "server" => [50_000, 25_000, 5_000], "inproc" => [200_000, 100_000, 20_000] }.freeze
   CLIENTS = 4
@@ -122,14 +127,16 @@ module RperfSoak
     end
   end
 
-  def app(config, max_label_sets, backend)
+  def app(config, o)
     inner = App.new
     return inner if config == "off"
 
     require "rperf"
     require "rperf/middleware"
-    Rperf.start(frequency: 1000, mode: :wall, backend: backend&.to_sym,
-                **(max_label_sets ? { max_label_sets: max_label_sets } : {}))
+    Rperf.start(frequency: o[:frequency], mode: o[:mode].to_sym, backend: o[:backend]&.to_sym,
+                **(o[:max_label_sets] ? { max_label_sets: o[:max_label_sets] } : {}))
+    return inner if config == "profiled"
+
     Rperf::Middleware.new(inner, label: config.to_sym)
   end
 
@@ -179,10 +186,10 @@ module RperfSoak
     fig
   end
 
-  def child_main(part, config, max_label_sets, backend)
+  def child_main(part, config, o)
     load_rack!
     $stdout.sync = true
-    app = app(config, max_label_sets, backend)
+    app = app(config, o)
     if part == "server"
       log = WEBrick::Log.new(File::NULL)
       server = WEBrick::HTTPServer.new(BindAddress: "127.0.0.1", Port: 0, Logger: log, AccessLog: [],
@@ -227,8 +234,9 @@ module RperfSoak
 
   Child = Struct.new(:config, :io, :pid, :port)
 
-  def spawn_child(part, config, lib, max_label_sets, backend)
-    args = [RbConfig.ruby, "-I", lib, __FILE__, "--child=#{part}:#{config}"]
+  def spawn_child(part, config, lib, max_label_sets, backend, frequency, mode)
+    args = [RbConfig.ruby, "-I", lib, __FILE__, "--child=#{part}:#{config}",
+            "--frequency=#{frequency}", "--mode=#{mode}"]
     args << "--backend=#{backend}" if backend
     args << "--max-label-sets=#{max_label_sets}" if max_label_sets
     io = IO.popen(args, "r+")
@@ -275,9 +283,9 @@ module RperfSoak
   end
 
   # Runs one part; -> { "windows" => [{config => figures}, ...], ... }
-  def run(part:, requests:, urls:, window:, configs: CONFIGS, lib: LIB, max_label_sets: nil, backend: nil,
-          progress: nil)
-    children = configs.map { |c| spawn_child(part, c, lib, max_label_sets, backend) }
+  def run(part:, requests:, urls:, window:, configs: DEFAULT_CONFIGS, lib: LIB, max_label_sets: nil, backend: nil,
+          frequency: 1000, mode: "wall", progress: nil)
+    children = configs.map { |c| spawn_child(part, c, lib, max_label_sets, backend, frequency, mode) }
     windows = []
     from = 0
     (requests.to_f / window).ceil.times do |w|
@@ -384,8 +392,8 @@ module RperfSoak
   end
 
   def options(argv)
-    o = { scale: 1.0, requests: nil, parts: PARTS.keys, configs: CONFIGS, max_label_sets: nil, backend: nil,
-          json: false }
+    o = { scale: 1.0, requests: nil, parts: PARTS.keys, configs: DEFAULT_CONFIGS, max_label_sets: nil,
+          backend: nil, frequency: 1000, mode: "wall", json: false }
     argv.each do |a|
       case a
       when /\A--scale=(.+)\z/ then o[:scale] = Float(Regexp.last_match(1))
@@ -397,11 +405,13 @@ module RperfSoak
         bad = o[:configs] - CONFIGS
         abort "soak: --configs accepts #{CONFIGS.join(', ')}; got #{bad.join(', ')}" unless bad.empty?
       when /\A--max-label-sets=(\d+)\z/ then o[:max_label_sets] = Integer(Regexp.last_match(1))
-      when /\A--backend=(signal|nanosleep)\z/ then o[:backend] = Regexp.last_match(1)
+      when /\A--backend=(\w+)\z/ then o[:backend] = Regexp.last_match(1)
+      when /\A--frequency=(\d+)\z/ then o[:frequency] = Integer(Regexp.last_match(1))
+      when /\A--mode=(wall|cpu)\z/ then o[:mode] = Regexp.last_match(1)
       when "--json" then o[:json] = true
       when /\A--child=/ then nil
       else abort "soak: unknown option #{a} (--scale=F --quick --requests=N --part=server|inproc " \
-                 "--configs=LIST --max-label-sets=N --backend=signal|nanosleep --json)"
+                 "--configs=LIST --max-label-sets=N --backend=NAME --frequency=HZ --mode=wall|cpu --json)"
       end
     end
     o
@@ -419,17 +429,17 @@ module RperfSoak
     if (child = argv.find { |a| a.start_with?("--child=") })
       part, config = child.delete_prefix("--child=").split(":")
       o = options(argv)
-      return child_main(part, config, o[:max_label_sets], o[:backend])
+      return child_main(part, config, o)
     end
     o = options(argv)
     lib = ENV["RPERF_BUILD_DIR"] ? File.join(ENV["RPERF_BUILD_DIR"], "lib") : LIB
     $stdout.sync = true
-    puts "soak: Ruby #{RUBY_VERSION}, #{Etc.nprocessors} CPUs, backend #{o[:backend] || 'default'}, load #{File.read('/proc/loadavg').split[0, 3].join(' ')}"
+    puts "soak: Ruby #{RUBY_VERSION}, #{Etc.nprocessors} CPUs, backend #{o[:backend] || 'default'}, #{o[:mode]} #{o[:frequency]} Hz, load #{File.read('/proc/loadavg').split[0, 3].join(' ')}"
     o[:parts].each do |part|
       requests, urls, window = sizes(part, o)
       t = mono
       res = run(part: part, requests: requests, urls: urls, window: window, configs: o[:configs], lib: lib,
-                max_label_sets: o[:max_label_sets], backend: o[:backend],
+                max_label_sets: o[:max_label_sets], backend: o[:backend], frequency: o[:frequency], mode: o[:mode],
                 progress: ->(w, _) { $stderr.print "\r#{part}: window #{w + 1}" })
       $stderr.puts
       print_window_table($stdout, res)
