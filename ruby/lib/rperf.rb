@@ -76,8 +76,18 @@ module Rperf
                started_at: Process.clock_gettime(Process::CLOCK_MONOTONIC) }
       # The last argument: a run left going at exit is stopped there (in C)
       # and, when it asked for output or reports, finished like Rperf.stop.
-      _c_start(frequency, MODES[mode], aggregate ? true : false, backend_name.to_s, signo, ring_size,
-               output || verbose || stat ? true : false, max_label_sets)
+      begin
+        _c_start(frequency, MODES[mode], aggregate ? true : false, backend_name.to_s, signo, ring_size,
+                 output || verbose || stat ? true : false, max_label_sets)
+      rescue Exception # rubocop:disable Lint/RescueException
+        # nothing started: no run left behind, no descriptor kept for it
+        # (unless another thread's start won the race and owns both)
+        unless running?
+          @run = nil
+          _c_output_release if output
+        end
+        raise
+      end
       return nil unless block
 
       completed = false

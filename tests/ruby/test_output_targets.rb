@@ -6,7 +6,7 @@
 # be, for every built-in exporter and a Ruby one, through output: and through
 # the RPERF_OUTPUT auto-start. Also the checks at start (a directory, a
 # missing directory, a directory where no file can be created → ArgumentError,
-# nothing started), descriptor exhaustion before stop (the profile is still
+# nothing started; a start refused later keeps no descriptor), descriptor exhaustion before stop (the profile is still
 # written) and the order at stop (the output before a failing stat report).
 # Never writes the real /dev/null or /dev/stdout (a broken writer would
 # replace them for the whole machine): device nodes are made with mknod, and
@@ -305,6 +305,33 @@ class TestOutputTargets < Test::Unit::TestCase
       assert_match(/\Aoutput: .*cannot create files in .*ro: Permission denied/, msg)
       assert_match(/\|running=false\z/, msg)
       assert_empty(Dir.children(ro))
+    end
+  end
+
+  # A start refused after the output check (here: the tick signal is in use,
+  # found in C) keeps nothing: no descriptor reserved for the output, no run
+  # half set up; the next start with an output works and writes it.
+  def test_refused_start_keeps_no_output_descriptor
+    with_dir do |dir|
+      path = File.join(dir, "p.txt")
+      fds = -> { Dir.children("/proc/self/fd").size }
+      sig = Rperf::DEFAULT_SIGNAL
+      before = fds.call
+      Signal.trap(sig) {}
+      begin
+        3.times do
+          err = assert_raise(ArgumentError) { Rperf.start(output: path, format: :collapsed) }
+          assert_match(/is in use/, err.message)
+        end
+      ensure
+        Signal.trap(sig, "DEFAULT")
+      end
+      assert_false(Rperf.running?)
+      assert_equal(before, fds.call, "no descriptor left open by the refused starts")
+      assert_false(File.exist?(path), "nothing written for a start that never ran")
+      profile_to(path, :collapsed)
+      assert_profile(File.binread(path), :collapsed, "the next start writes its output")
+      assert_equal(before, fds.call, "the spare descriptor is closed after the write")
     end
   end
 
