@@ -28,6 +28,8 @@
  *    GUARD_NS ago (Ruby may set running_ec just after RESUMED), or (c) the
  *    main Ractor runs M:N threads (RUBY_MN_THREADS=1: running_ec is cleared
  *    while a thread switches away, which can race with the next holder).
+ *    A direct trigger still unconsumed at the next tick sends that tick
+ *    by signal (deliver: a self-check for cases none of these foresee).
  *    Otherwise, and for a holder whose Ractor is not known yet:
  *  - the tick signal (tgkill) to the holder; the handler (tick_signal.c)
  *    triggers the job on that very thread, inside its own Ractor. Holders
@@ -199,11 +201,22 @@ static bool direct_trigger_exact(int i, int64_t now)
            now - since >= GUARD_NS;
 }
 
+/* Whether the previous tick went to the main Ractor by a direct trigger
+ * (timer thread only). */
+static bool last_direct;
+
 static void deliver(int64_t now)
 {
     int m = atomic_load_explicit(&main_holder, memory_order_acquire);
     if (m >= 0) {
-        if (direct_trigger_exact(m, now)) {
+        /* Self-check: a direct trigger that no job has consumed by the next
+         * tick went to a thread that does not run (running_ec naming a
+         * thread other than the holder, in a case the conditions above do
+         * not foresee). That tick goes by signal, so at most one interval
+         * is ever charged late. */
+        bool missed = last_direct && rperf_engine_ticks_unconsumed() > 0;
+        last_direct = !missed && direct_trigger_exact(m, now);
+        if (last_direct) {
             rperf_engine_tick_sigsafe();
         } else {
             int32_t tid = atomic_load_explicit(&table[m].tid, memory_order_relaxed);
@@ -249,6 +262,7 @@ static int holder_start(const rperf_backend_config_t *cfg, char *err, size_t err
 {
     mn_main = main_ractor_mn();
     clear_table();
+    last_direct = false;
     atomic_store(&running, 1);
     if (rperf_timer_thread_start(cfg, deliver, err, errlen) == 0) return 0;
     atomic_store(&running, 0);

@@ -77,6 +77,11 @@ int rperf_engine_unsettled_threads(void)
     return atomic_load_explicit(&rperf__engine.unsettled, memory_order_acquire);
 }
 
+uint64_t rperf_engine_ticks_unconsumed(void)
+{
+    return atomic_load_explicit(&rperf__engine.outstanding, memory_order_relaxed);
+}
+
 void rperf_engine_count_overruns(uint64_t n)
 {
     atomic_fetch_add_explicit(&rperf__engine.timer_overruns, n, memory_order_relaxed);

@@ -200,6 +200,9 @@ void rperf_engine_count_overruns(uint64_t n);
  * had their first turn (RESUMED) yet nor exited. While one exists, Ruby
  * 3.3's main-Ractor running_ec may name it instead of the GVL holder. */
 int rperf_engine_unsettled_threads(void);
+/* any context: ticks delivered that no sampling job has consumed yet (a
+ * job consumes every tick outstanding when it records a sample). */
+uint64_t rperf_engine_ticks_unconsumed(void);
 
 /* ---- results (GVL held, worker paused or joined) -------------------------- */
 

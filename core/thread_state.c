@@ -254,11 +254,21 @@ void rperf_ev_resumed(rperf_thread_t *pt)
     rperf_nt_t *nt = &nt_tls;
     nt->switches++;
     int64_t mono = rperf__mono_ns();
-    int64_t native = native_cpu_if_needed();
+    bool same_nt = pt->susp_nt == nt && pt->susp_switches + 1 == nt->switches;
+    /* cpu mode, back on the native thread it left with nothing else run
+     * there, after less wall time than a sample is worth: its CPU time
+     * meanwhile (at most that wall time) would only be kept pending, so the
+     * clock read at SUSPENDED serves as the new mark (the same sums as
+     * reading it now) and the system call is saved. */
+    bool quick = !wall_mode() && !pt->fresh && same_nt && pt->susp_wall > 0 &&
+                 mono - pt->susp_wall < threshold_ns();
+    int64_t native = quick ? pt->susp_native_cpu : native_cpu_if_needed();
     rperf_frame_t frames[RPERF_MAX_DEPTH];
     int depth = -1;
 
-    if (pt->fresh) {
+    if (quick) {
+        /* nothing to attribute */
+    } else if (pt->fresh) {
         /* First run of a thread created during the run: the wait for its
          * first turn has no Ruby frame to charge (its block has not started)
          * and is not time the thread spent running; its clock starts now. */
@@ -283,7 +293,7 @@ void rperf_ev_resumed(rperf_thread_t *pt)
                 if (depth > 0) record_pending_gvl(pt, mono, frames, depth);
             }
         }
-    } else if (pt->susp_nt == nt && pt->susp_switches + 1 == nt->switches) {
+    } else if (same_nt) {
         /* Nothing else ran on this native thread since SUSPENDED: its CPU
          * time meanwhile was burned by this Ruby thread off the GVL (C code
          * that released it). Attribute it to the stack that released it. */
