@@ -70,16 +70,20 @@
 #   script/ruby bench/overhead.rb              # full: 5 rounds
 #   script/ruby bench/overhead.rb --quick      # 3 rounds, half-length workloads
 #   script/ruby bench/overhead.rb --yjit       # the same under YJIT
-# The issue-12 measurement of docs/performance.md (without, then with YJIT):
+# The issue-12 measurement of docs/performance.md (without, then with YJIT;
+# ~3–4 min each on 2 quiet vCPUs; under YJIT fib and idle1000's fib run ~6×
+# faster, so they get 6× the length to keep as many samples per run):
 #   script/ruby bench/overhead.rb --workloads=fib,gc,switch,io,idle1000 --frequencies=1000,10000 --rounds=3 --scale=0.5 --accuracy=96 --markdown
-#   script/ruby bench/overhead.rb --workloads=fib,gc,switch,io,idle1000 --frequencies=1000,10000 --rounds=3 --scale=0.5 --accuracy=96 --markdown --yjit
+#   script/ruby bench/overhead.rb --workloads=fib,gc,switch,io,idle1000 --frequencies=1000,10000 --rounds=3 --scale=0.5,fib=3,idle1000=3 --accuracy=96 --markdown --yjit
 # Smoke run (seconds, numbers meaningless):
 #   script/ruby bench/overhead.rb --workloads=fib,switch --frequencies=1000 --rounds=1 --scale=0.05 --accuracy=3 --accuracy-ms=5
 # Options (ARGV or ENV); the header of the output repeats the command line:
 #   --rounds=N        | RPERF_BENCH_ROUNDS    rounds per configuration and accuracy runs per
 #                                             backend (default 5, quick 3)
 #   --quick           | RPERF_BENCH_QUICK=1   fewer rounds, workloads scaled by 0.5, accuracy=48
-#   --scale=F         | RPERF_BENCH_SCALE     workload length factor (default 1.0)
+#   --scale=F[,W=F…]  | RPERF_BENCH_SCALE     workload length factor (default 1.0); W=F sets
+#                                             it for workload W alone (e.g. 0.5,fib=4: YJIT
+#                                             runs fib ~8× faster, gc and switch not at all)
 #   --workloads=LIST  | RPERF_BENCH_WORKLOADS default fib,deep,gc,switch,io,idle1000; "none"
 #                                             runs only the control program and accuracy
 #   --frequencies=LIST| RPERF_BENCH_FREQUENCIES  default 1000,10000
@@ -304,6 +308,14 @@ module OverheadBench
 
   # --- options ---------------------------------------------------------------
 
+  # "F[,workload=F…]" -> { nil => default factor, "workload" => factor }.
+  def self.scales(spec, factor)
+    spec.split(",").to_h do |part|
+      name, f = part.include?("=") ? part.split("=", 2) : [nil, part]
+      [name&.strip, Float(f) * factor]
+    end.then { |h| { nil => 1.0 * factor }.merge(h) }
+  end
+
   def self.options(argv)
     opt = {}
     argv.each do |a|
@@ -323,7 +335,7 @@ module OverheadBench
     {
       quick: quick,
       rounds: Integer(opt[:rounds] || env.(:rounds) || (quick ? 3 : 5)),
-      scale: Float(opt[:scale] || env.(:scale) || 1.0) * (quick ? 0.5 : 1.0),
+      scale: scales(opt[:scale] || env.(:scale) || "1.0", quick ? 0.5 : 1.0),
       workloads: list.(:workloads, "fib,deep,gc,switch,io,idle1000"),
       frequencies: list.(:frequencies, "1000,10000").map { |f| Integer(f) },
       backends: list.(:backends, Rperf.backends.join(",")).map(&:to_sym),
@@ -563,7 +575,7 @@ module OverheadBench
     rows = []
     puts table(head, [], false).lines.first
     o[:workloads].each do |name|
-      work = workload(name, o[:scale])
+      work = workload(name, o[:scale].fetch(name, o[:scale][nil]))
       o[:frequencies].each do |freq|
         o[:modes].each do |mode|
           res = measure(work, freq, o[:backends], mode, o[:rounds])
@@ -592,7 +604,8 @@ module OverheadBench
          "#{`nproc`.strip} CPUs, kernel #{`uname -r`.strip}, YJIT #{yjit ? 'on' : 'off'}, " \
          "load average #{File.read('/proc/loadavg').split.first(3).join(' ')}"
     puts "command: bench/overhead.rb #{argv.join(' ')}".rstrip
-    puts "rounds=#{o[:rounds]} scale=#{o[:scale]} backends=#{o[:backends].join(',')} (interleaved " \
+    scale = o[:scale].map { |n, f| n ? "#{n}=#{f}" : f.to_s }.join(",")
+    puts "rounds=#{o[:rounds]} scale=#{scale} backends=#{o[:backends].join(',')} (interleaved " \
          "unprofiled/profiled pairs, every backend in each round; medians)"
     report_overhead(o, report_floor(o)) unless o[:workloads].empty?
     report_accuracy(o) if o[:accuracy].positive?
