@@ -1,44 +1,104 @@
 # frozen_string_literal: true
 
-# bench/overhead.rb — what does rperf cost per sample? (a measurement, not a test)
+# bench/overhead.rb — what does rperf cost per sample and per GVL switch, and
+# how exact is wall mode around C calls? (a measurement, not a test: it asserts
+# nothing; every figure is a ratio of runs made side by side in this process)
 #
-# For each workload (fib, deep, threads, gc, ractors) × frequency (1 kHz, 10 kHz) ×
-# backend (:signal, :nanosleep) × mode (:cpu, :wall), runs the workload
-# unprofiled and profiled in interleaved rounds (U P U P …, after one
-# discarded warm-up pair) and reports medians of:
-#   - process CPU time (CLOCK_PROCESS_CPUTIME_ID: every thread of the process,
-#     so the profiler's worker and timer threads and all signal handling are
-#     included) and wall time (CLOCK_MONOTONIC);
-#   - CPU ns per sample = (profiled CPU − unprofiled CPU) / sampling_count,
-#     computed per round (each profiled run against the unprofiled run just
-#     before it), then the median over rounds;
-#   - the profiler's own figure sampling_time_ns / sampling_count (time spent
-#     inside the sampling job only), samples, triggers, dropped samples (all
-#     medians per profiled run); "(min..max)" is the spread of the per-round
-#     CPU ns/sample values.
-# The measured window is Rperf.start … workload … (end of workload); the cost
-# of Rperf.stop (final drain, building the result Hash) is reported apart in
-# the "stop ms" column because it depends on the number of distinct stacks,
-# not on the number of samples.
+# Part 1, the control program (bench/floor.c, built with cc; skipped without
+# one): a C loop with no Ruby, run with no ticks and with 10 kHz ticks delivered
+# as a POSIX timer signal to the looping thread ("signal", the floor every
+# ratio below is divided by), as a timer thread waking to absolute deadlines
+# ("thread") and as that thread signalling the loop ("tgkill"). Printed: extra
+# CPU ns per tick for the whole process / on the looping thread (medians).
 #
-# Run:
-#   script/ruby bench/overhead.rb              # full: 5 rounds (~4–6 min on 2 vCPU)
-#   script/ruby bench/overhead.rb --quick      # 3 rounds, half-length workloads (~1.5 min)
-# Options (ARGV or ENV):
-#   --rounds=N        | RPERF_BENCH_ROUNDS    rounds per configuration (default 5, quick 3)
-#   --quick           | RPERF_BENCH_QUICK=1   fewer rounds, workloads scaled by 0.5
-#   --scale=F         | RPERF_BENCH_SCALE     workload length factor (default 1.0)
-#   --workloads=LIST  | RPERF_BENCH_WORKLOADS e.g. fib,gc or threads4,threads64
-#                                             (threadsN = N threads; "threads" = 16;
-#                                             ractorsN = N Ractors; "ractors" = 8)
+# Part 2, one table, every backend side by side. For each workload ×
+# frequency × mode (:cpu, :wall), each round runs, for every backend in turn,
+# the workload unprofiled (U) then profiled (P), after one discarded warm-up
+# pair per backend, so all backends meet the same drifts of the machine.
+# Workloads (deterministic, fixed inputs; one process, one Ruby thread unless
+# said otherwise):
+#   fib       fib(30) six times (naive recursion, stack depth ~30)
+#   deep      recurse 150 frames, then fib(22) 160 times (stack depth ~175)
+#   gc        250,000 iterations allocating 9 strings, an array, a hash
+#   switch    8 threads passing a token round a ring of Queues, 20,000
+#             hand-offs (each one a GVL switch)
+#   io        8 pairs of threads bouncing a byte through two pipes, 1,500
+#             round trips per pair (every read blocks off the GVL)
+#   idleN     N threads parked on a Queue (each woken once per run), then
+#             the main thread runs fib as above ("idle1000": flat in threads)
+#   threads / threadsN   16 (N) threads sharing 64 × fib(25), GVL-bound
+#   ractors / ractorsN   8 (N) Ractors sharing 64 × fib(25), in parallel
+# All lengths are at scale 1.0 (--scale multiplies them). Columns per backend
+# (medians over the rounds of per-round values, each P against the U just
+# before it; process CPU = CLOCK_PROCESS_CPUTIME_ID, every thread of the
+# process, so timer threads, the worker and signal handling are included):
+#   wall       wall-time overhead of P over U (CLOCK_MONOTONIC), the window
+#              being Rperf.start + workload (Rperf.stop is outside it)
+#   CPU        process CPU overhead of P over U
+#   ns/sample  (CPU P − CPU U) / sampling_count of P: all the profiler costs
+#   xfloor     ns/sample ÷ the control program's "signal" ns per bare tick
+#   ns/switch  (CPU P − CPU U) / GVL hand-offs (switch, io only; it includes
+#              the per-sample cost)
+#   KiB/thr    profiler_memory_bytes / detected_thread_count of P
+#   drop       dropped_samples per profiled run
+#
+# Part 3, accuracy (wall mode, 1 kHz, every backend, --rounds runs each): the
+# issue-12 comparison of C calls that release the GVL with C calls that keep
+# it. Four methods, each a Ruby method around one C call of about the same
+# length (--accuracy-ms, default 20 ms, i.e. 20 sampling intervals per call):
+#   acc_select      IO.select(nil, nil, nil, t)   releases the GVL
+#   acc_sleep       sleep(t)                      releases the GVL
+#   acc_hold_count  String#count on a big string  keeps the GVL, no safepoint
+#   acc_hold_sum    String#sum on a big string    keeps the GVL, no safepoint
+# The two string sizes are calibrated at start so that a holding call takes
+# about --accuracy-ms (memory-bound: it drifts with the machine's load); t is
+# the mean holding call so far, so both kinds get the same total time (the
+# "ref ms" column shows it). A run makes --accuracy=N rounds of the four
+# calls, in their 24 orders in turn (every method follows every other one
+# equally often over 24 rounds: use a multiple of 24), each call after a
+# short varying Ruby gap (≤ ~20 µs) so that the sampling phase varies.
+# Reference = wall time measured around each call (summed per method);
+# profiled = weight of the samples whose stack contains the method.
+# Printed per backend and method: ref ms and profiled ms (mean per run),
+# bias µs/call (mean (profiled − ref) / calls: compare with the 1,000 µs
+# interval), err (median over runs of |profiled − ref| / ref); then per
+# backend the mean error over the releasing and over the holding methods
+# (median over runs), the worst method, and releasing ÷ holding (issue 12's
+# target: ≤ 2).
+#
+# Run (script/ruby puts the built extension on the load path):
+#   script/ruby bench/overhead.rb              # full: 5 rounds
+#   script/ruby bench/overhead.rb --quick      # 3 rounds, half-length workloads
+#   script/ruby bench/overhead.rb --yjit       # the same under YJIT
+# The issue-12 measurement of docs/performance.md (without, then with YJIT;
+# ~3–4 min each on 2 quiet vCPUs; under YJIT fib and idle1000's fib run ~6×
+# faster, so they get 6× the length to keep as many samples per run):
+#   script/ruby bench/overhead.rb --workloads=fib,gc,switch,io,idle1000 --frequencies=1000,10000 --rounds=3 --scale=0.5 --accuracy=96 --markdown
+#   script/ruby bench/overhead.rb --workloads=fib,gc,switch,io,idle1000 --frequencies=1000,10000 --rounds=3 --scale=0.5,fib=3,idle1000=3 --accuracy=96 --markdown --yjit
+# Smoke run (seconds, numbers meaningless):
+#   script/ruby bench/overhead.rb --workloads=fib,switch --frequencies=1000 --rounds=1 --scale=0.05 --accuracy=3 --accuracy-ms=5
+# Options (ARGV or ENV); the header of the output repeats the command line:
+#   --rounds=N        | RPERF_BENCH_ROUNDS    rounds per configuration and accuracy runs per
+#                                             backend (default 5, quick 3)
+#   --quick           | RPERF_BENCH_QUICK=1   fewer rounds, workloads scaled by 0.5, accuracy=48
+#   --scale=F[,W=F…]  | RPERF_BENCH_SCALE     workload length factor (default 1.0); W=F sets
+#                                             it for workload W alone (e.g. 0.5,fib=4: YJIT
+#                                             runs fib ~8× faster, gc and switch not at all)
+#   --workloads=LIST  | RPERF_BENCH_WORKLOADS default fib,deep,gc,switch,io,idle1000; "none"
+#                                             runs only the control program and accuracy
 #   --frequencies=LIST| RPERF_BENCH_FREQUENCIES  default 1000,10000
-#   --backends=LIST   | RPERF_BENCH_BACKENDS  default signal,nanosleep
+#   --backends=LIST   | RPERF_BENCH_BACKENDS  default Rperf.backends (all)
 #   --modes=LIST      | RPERF_BENCH_MODES     default cpu,wall
+#   --accuracy=N      | RPERF_BENCH_ACCURACY  rounds of the 4 accuracy calls per run (default
+#                                             96, quick 48; 0 skips part 3)
+#   --accuracy-ms=MS  | RPERF_BENCH_ACCURACY_MS  length of each accuracy call (default 20)
+#   --yjit            | RPERF_BENCH_YJIT=1    run everything (U and P runs alike) under YJIT:
+#                                             the bench re-executes itself as `ruby --yjit`
+#                                             (the workloads run in this process, not in
+#                                             children), checks RubyVM::YJIT.enabled? there
+#                                             and aborts if this Ruby has no YJIT.
+#                                             `script/ruby --yjit bench/overhead.rb` is the same.
 #   --markdown        | RPERF_BENCH_MARKDOWN=1  print the table as Markdown too
-#
-# The workloads are deterministic (fixed inputs) and sized so that one
-# unprofiled run takes about 0.3–0.5 s on the reference machine (2 vCPU,
-# Ruby 3.3 without YJIT) at scale 1.0.
 
 require "rperf"
 require "tmpdir"
@@ -120,15 +180,15 @@ module OverheadBench
       pairs * rounds * 2
     end
 
-    # The accuracy workload: GVL-releasing C calls (IO.select with a timeout,
-    # sleep) and GVL-holding ones (String#count / String#sum on a large
-    # string: C loops with no interrupt check), each in a method of its own,
-    # in a loop with a varying Ruby gap between calls so that the sampling
-    # phase varies. Returns { method => wall ns measured around its calls }.
-    def acc_select = IO.select(nil, nil, nil, 0.0013)
-    def acc_sleep = sleep(0.0017)
-    def acc_hold_count = HOLD.count("a")
-    def acc_hold_sum = HOLD.sum
+    # The accuracy workload (part 3 of the header): two GVL-releasing C calls
+    # and two GVL-holding ones (C loops over a big string with no interrupt
+    # check), each alone in a Ruby method of its own so that a tick deferred to
+    # the end of a holding call is taken at that method's `leave`, still
+    # inside it. Lengths come from calibrate_accuracy.
+    def acc_select = IO.select(nil, nil, nil, @release_s)
+    def acc_sleep = sleep(@release_s)
+    def acc_hold_count = @hold_count.count("a")
+    def acc_hold_sum = @hold_sum.sum
     def acc_gap(n)
       x = 0
       n.times { |i| x += i }
@@ -137,17 +197,66 @@ module OverheadBench
 
     ACC_METHODS = %i[acc_select acc_sleep acc_hold_count acc_hold_sum].freeze
     ACC_RELEASING = %i[acc_select acc_sleep].freeze
-    HOLD = ("abcdefgh" * 1_000_000).freeze   # 8 MB: each call ~1.5–3 ms of C holding the GVL
+    ACC_HOLDING = (ACC_METHODS - ACC_RELEASING).freeze
+    ACC_ORDERS = ACC_METHODS.permutation.to_a.freeze # 24 rounds: every method after every other equally often
+    ACC_DESCRIPTION = { acc_select: "IO.select(nil, nil, nil, t)", acc_sleep: "sleep(t)",
+                        acc_hold_count: "String#count (keeps the GVL)",
+                        acc_hold_sum: "String#sum (keeps the GVL)" }.freeze
+    UNIT = "abcdefgh"
 
-    def accuracy(calls)
-      now = -> { Process.clock_gettime(Process::CLOCK_MONOTONIC, :nanosecond) }
+    def now_ns = Process.clock_gettime(Process::CLOCK_MONOTONIC, :nanosecond)
+
+    # Wall ns of one call of `blk` (median of 5, after one warm-up call).
+    def time_call(&blk)
+      blk.call
+      Array.new(5) do
+        t0 = now_ns
+        blk.call
+        now_ns - t0
+      end.sort[2]
+    end
+
+    # Size the two holding strings so that one call takes `ms` on this machine
+    # now, and the releasing calls to `ms` too. Returns { method => ns/call }.
+    # Up to 4 passes per string, until a call is within 10 % of `ms`: a big
+    # string is slower per byte than a cached 8 MB one, and other processes
+    # on the machine disturb single timings.
+    def calibrate_accuracy(ms)
+      target = ms * 1e6
+      fit = lambda do |&call|
+        str = (UNIT * 1_000_000).freeze # 8 MB
+        4.times do
+          ns = time_call { call.(str) }
+          break if (ns - target).abs < target / 10
+
+          str = (UNIT * [(target / ns * str.size / UNIT.size).round, 1].max).freeze
+        end
+        str
+      end
+      @hold_count = fit.() { |x| x.count("a") }
+      @hold_sum = fit.(&:sum)
+      @release_s = ms / 1000.0
+      ACC_METHODS.to_h { |m| [m, time_call { send(m) }] }
+    end
+
+    # `rounds` rounds of the four calls, in the 24 orders in turn, each
+    # call after a short varying Ruby gap. The releasing calls last the mean
+    # holding call so far (memory bandwidth, hence a holding call's length,
+    # drifts with the machine's load), so both kinds get the same total time.
+    # Returns { method => wall ns measured around its calls }.
+    def accuracy(rounds)
       spent = Hash.new(0)
-      calls.times do |k|
-        ACC_METHODS.each do |m|
-          acc_gap(((k * 7919 + m.size * 104_729) % 97) * 40)
-          t0 = now.()
+      held = 0
+      rounds.times do |k|
+        ACC_ORDERS[k % ACC_ORDERS.size].each_with_index do |m, i|
+          acc_gap(((k * 7919 + i * 104_729) % 97) * 4)
+          t0 = now_ns
           send(m)
-          spent[m] += now.() - t0
+          spent[m] += now_ns - t0
+          next if ACC_RELEASING.include?(m)
+
+          held += 1
+          @release_s = ACC_HOLDING.sum { |h| spent[h] } / held / 1e9
         end
       end
       spent
@@ -199,30 +308,42 @@ module OverheadBench
 
   # --- options ---------------------------------------------------------------
 
+  # "F[,workload=F…]" -> { nil => default factor, "workload" => factor }.
+  def self.scales(spec, factor)
+    spec.split(",").to_h do |part|
+      name, f = part.include?("=") ? part.split("=", 2) : [nil, part]
+      [name&.strip, Float(f) * factor]
+    end.then { |h| { nil => 1.0 * factor }.merge(h) }
+  end
+
   def self.options(argv)
     opt = {}
     argv.each do |a|
       case a
       when "--quick" then opt[:quick] = true
       when "--markdown" then opt[:markdown] = true
-      when /\A--(rounds|scale|workloads|frequencies|backends|modes|accuracy)=(.+)\z/ then opt[Regexp.last_match(1).to_sym] = Regexp.last_match(2)
-      when "-h", "--help" then puts File.read(__FILE__)[/\A(#.*\n)+/]; exit 0
+      when "--yjit" then opt[:yjit] = true
+      when /\A--(rounds|scale|workloads|frequencies|backends|modes|accuracy|accuracy-ms)=(.+)\z/
+        opt[Regexp.last_match(1).tr("-", "_").to_sym] = Regexp.last_match(2)
+      when "-h", "--help" then puts File.read(__FILE__)[/^# bench.*?\n(?=\n)/m]; exit 0
       else abort "unknown argument #{a.inspect} (see --help)"
       end
     end
     env = ->(k) { ENV["RPERF_BENCH_#{k.to_s.upcase}"] }
     quick = opt[:quick] || env.(:quick) == "1"
-    list = ->(k, default) { (opt[k] || env.(k) || default).split(",").map(&:strip).reject(&:empty?) }
+    list = ->(k, default) { (opt[k] || env.(k) || default).split(",").map(&:strip).reject { |w| w.empty? || w == "none" } }
     {
       quick: quick,
       rounds: Integer(opt[:rounds] || env.(:rounds) || (quick ? 3 : 5)),
-      scale: Float(opt[:scale] || env.(:scale) || 1.0) * (quick ? 0.5 : 1.0),
+      scale: scales(opt[:scale] || env.(:scale) || "1.0", quick ? 0.5 : 1.0),
       workloads: list.(:workloads, "fib,deep,gc,switch,io,idle1000"),
       frequencies: list.(:frequencies, "1000,10000").map { |f| Integer(f) },
       backends: list.(:backends, Rperf.backends.join(",")).map(&:to_sym),
       modes: list.(:modes, "cpu,wall").map(&:to_sym),
-      accuracy: Integer(opt[:accuracy] || env.(:accuracy) || (quick ? 60 : 120)),
+      accuracy: Integer(opt[:accuracy] || env.(:accuracy) || (quick ? 48 : 96)),
+      accuracy_ms: Float(opt[:accuracy_ms] || env.(:accuracy_ms) || 20),
       markdown: opt[:markdown] || env.(:markdown) == "1",
+      yjit: opt[:yjit] || env.(:yjit) == "1",
     }
   end
 
@@ -328,30 +449,88 @@ module OverheadBench
 
   # --- accuracy: wall mode, GVL-releasing vs GVL-holding C calls -------------
 
-  # Mean relative error per method (profiled weight of the samples whose
-  # stack contains the method vs the wall time measured around its calls).
-  def self.accuracy_errors(calls, freq, backend)
-    data = nil
+  # One profiled run of the accuracy workload: { method => { ref:, prof: } }
+  # in ns (ref: wall time measured around its calls; prof: weight of the
+  # samples whose stack contains the method).
+  def self.accuracy_run(rounds, freq, backend)
     spent = nil
-    data = Rperf.start(frequency: freq, backend: backend, mode: :wall) { spent = Work.accuracy(calls) }
+    data = Rperf.start(frequency: freq, backend: backend, mode: :wall) { spent = Work.accuracy(rounds) }
     weight = Hash.new(0)
     data[:aggregated_samples].each do |frames, w, _, _|
       labels = frames.map { |(_, label)| label }
       Work::ACC_METHODS.each { |m| weight[m] += w if labels.include?("OverheadBench::Work.#{m}") }
     end
-    Work::ACC_METHODS.to_h { |m| [m, (weight[m] - spent[m]).abs.to_f / spent[m]] }
+    Work::ACC_METHODS.to_h { |m| [m, { ref: spent[m], prof: weight[m] }] }
   end
 
-  def self.measure_accuracy(calls, freq, backends, rounds)
-    errs = backends.to_h { |b| [b, []] }
-    rounds.times { backends.each { |b| errs[b] << accuracy_errors(calls, freq, b) } }
-    errs.transform_values do |list|
-      mean = ->(ms, l) { ms.sum { |m| l[m] } / ms.size }
-      holding = Work::ACC_METHODS - Work::ACC_RELEASING
-      { releasing: median(list.map { |l| mean.(Work::ACC_RELEASING, l) }),
-        holding: median(list.map { |l| mean.(holding, l) }),
-        worst: median(list.map { |l| l.values.max }) }
+  # `runs` runs per backend, interleaved. Returns backend => { per_method:
+  # { m => { ref_ms:, prof_ms:, bias_us:, err: } }, releasing:, holding:,
+  # worst: } where err and the means are medians over runs of per-run
+  # relative errors, ref/prof/bias are means per run.
+  def self.measure_accuracy(rounds, freq, backends, runs)
+    Work.accuracy([rounds, 5].min) # warm-up, unprofiled (YJIT compiles the loop here)
+    list = backends.to_h { |b| [b, []] }
+    runs.times { backends.each { |b| list[b] << accuracy_run(rounds, freq, b) } }
+    list.transform_values do |rs|
+      err = ->(r, m) { (r[m][:prof] - r[m][:ref]).abs.to_f / r[m][:ref] }
+      mean_err = ->(ms) { median(rs.map { |r| ms.sum { |m| err.(r, m) } / ms.size }) }
+      avg = ->(m, k) { rs.sum { |r| r[m][k] }.to_f / rs.size }
+      per_method = Work::ACC_METHODS.to_h do |m|
+        [m, { ref_ms: avg.(m, :ref) / 1e6, prof_ms: avg.(m, :prof) / 1e6,
+              bias_us: (avg.(m, :prof) - avg.(m, :ref)) / rounds / 1e3, err: median(rs.map { |r| err.(r, m) }) }]
+      end
+      { per_method: per_method, releasing: mean_err.(Work::ACC_RELEASING), holding: mean_err.(Work::ACC_HOLDING),
+        worst: median(rs.map { |r| Work::ACC_METHODS.map { |m| err.(r, m) }.max }) }
     end
+  end
+
+  def self.report_accuracy(o)
+    per_call = Work.calibrate_accuracy(o[:accuracy_ms])
+    acc = measure_accuracy(o[:accuracy], 1000, o[:backends], o[:rounds])
+    puts
+    puts "Accuracy, wall mode, 1 kHz: #{o[:accuracy]} rounds of the 4 calls per run (24 orders in turn), " \
+         "#{o[:rounds]} runs per backend; one call calibrated to #{o[:accuracy_ms]} ms, measured now: " +
+         per_call.map { |m, ns| format("%s %.2f ms", m, ns / 1e6) }.join(", ")
+    puts "ref / prof ms: wall time around the calls / weight of samples containing the method (mean per run); " \
+         "bias µs/call: (prof − ref) / calls, against a 1000 µs interval; err: |prof − ref| / ref (median over runs)"
+    head = %w[backend method C\ call ref\ ms prof\ ms bias\ µs/call err]
+    rows = acc.flat_map do |b, a|
+      a[:per_method].map do |m, r|
+        [b.to_s, m.to_s, Work::ACC_DESCRIPTION[m], format("%.1f", r[:ref_ms]), format("%.1f", r[:prof_ms]),
+         format("%+.1f", r[:bias_us]), format("%.3f%%", r[:err] * 100)]
+      end
+    end
+    puts table(head, rows, false)
+    puts
+    puts "Mean relative error per method (median over runs); issue 12's target: releasing ÷ holding ≤ 2"
+    head2 = ["backend", "releasing", "holding", "worst method", "releasing ÷ holding"]
+    rows2 = acc.map do |b, a|
+      [b.to_s, format("%.3f%%", a[:releasing] * 100), format("%.3f%%", a[:holding] * 100),
+       format("%.3f%%", a[:worst] * 100), a[:holding].positive? ? format("%.2f", a[:releasing] / a[:holding]) : "-"]
+    end
+    puts table(head2, rows2, false)
+    return unless o[:markdown]
+
+    puts
+    puts table(head, rows, true)
+    puts
+    puts table(head2, rows2, true)
+  end
+
+  # --yjit: the workloads run in this process, so the whole process must run
+  # under YJIT, U and P runs alike. Re-execute as `ruby --yjit` with rperf's
+  # directory on the load path; in the re-executed process YJIT must be on.
+  def self.ensure_yjit(argv)
+    unless defined?(RubyVM::YJIT)
+      abort "bench/overhead.rb --yjit: this Ruby #{RUBY_VERSION} (#{RbConfig.ruby}) was built without YJIT"
+    end
+    return if RubyVM::YJIT.enabled?
+    abort "bench/overhead.rb --yjit: `ruby --yjit` did not enable YJIT (RubyVM::YJIT.enabled? is false)" if ENV["RPERF_BENCH_YJIT_CHILD"]
+
+    lib = $LOADED_FEATURES.find { |f| f.end_with?("/rperf.rb") }
+    $stdout.flush
+    exec({ "RPERF_BENCH_YJIT_CHILD" => "1" }, RbConfig.ruby, "--yjit", *(lib ? ["-I", File.dirname(lib)] : []),
+         __FILE__, *argv)
   end
 
   # --- output ------------------------------------------------------------------
@@ -369,29 +548,25 @@ module OverheadBench
     end
   end
 
-  def self.main(argv)
-    o = options(argv)
-    $stdout.sync = true
-    yjit = defined?(RubyVM::YJIT) && RubyVM::YJIT.enabled?
-    puts "rperf #{Rperf::VERSION} overhead benchmark — Ruby #{RUBY_VERSION}, " \
-         "#{`nproc`.strip} CPUs, kernel #{`uname -r`.strip}, YJIT #{yjit ? 'on' : 'off'}, " \
-         "load average #{File.read('/proc/loadavg').split.first(3).join(' ')}"
-    puts "rounds=#{o[:rounds]} scale=#{o[:scale]} (interleaved unprofiled/profiled pairs, every backend " \
-         "in each round; medians)"
+  # Part 1: the control program. Returns the floor (ns per bare signal tick) or nil.
+  def self.report_floor(o)
     exe = build_floor
-    floor = nil
-    if exe
-      # at 10 kHz: enough ticks per run for a per-tick figure above the noise
-      fl = measure_floor(exe, FLOOR_HZ, o[:rounds] + 2)
-      floor = fl.dig("signal", :cpu)
-      puts
-      puts "Control program (bench/floor.c, #{FLOOR_HZ} Hz), extra CPU per bare tick, ns, process / on the looping thread: " +
-           fl.map { |h, v| "#{h} #{num(v[:cpu])} / #{num(v[:own])}" }.join(", ")
-      puts "  (signal = POSIX timer signal to the looping thread: the floor; thread = a timer thread waking, " \
-           "no signal; tgkill = the timer thread signalling the looping thread)"
-    else
+    puts
+    unless exe
       puts "(no C compiler: control program skipped, ratios to the floor not shown)"
+      return nil
     end
+    # at 10 kHz: enough ticks per run for a per-tick figure above the noise
+    fl = measure_floor(exe, FLOOR_HZ, o[:rounds] + 2)
+    puts "Control program (bench/floor.c, #{FLOOR_HZ} Hz), extra CPU per bare tick, ns, process / on the looping thread: " +
+         fl.map { |h, v| "#{h} #{num(v[:cpu])} / #{num(v[:own])}" }.join(", ")
+    puts "  (signal = POSIX timer signal to the looping thread: the floor; thread = a timer thread waking, " \
+         "no signal; tgkill = the timer thread signalling the looping thread)"
+    fl.dig("signal", :cpu)
+  end
+
+  # Part 2: the overhead table, one row per workload × frequency × mode.
+  def self.report_overhead(o, floor)
     puts
     puts "wall / CPU: overhead of the profiled run over the unprofiled one; ns/sample: (CPU P − CPU U) / samples, " \
          "xfloor: ÷ the signal floor; ns/switch: (CPU P − CPU U) / GVL hand-offs (switch, io); " \
@@ -400,7 +575,7 @@ module OverheadBench
     rows = []
     puts table(head, [], false).lines.first
     o[:workloads].each do |name|
-      work = workload(name, o[:scale])
+      work = workload(name, o[:scale].fetch(name, o[:scale][nil]))
       o[:frequencies].each do |freq|
         o[:modes].each do |mode|
           res = measure(work, freq, o[:backends], mode, o[:rounds])
@@ -414,20 +589,31 @@ module OverheadBench
         end
       end
     end
-    if o[:accuracy].positive?
-      acc = measure_accuracy(o[:accuracy], 1000, o[:backends], o[:rounds])
-      puts
-      puts "Accuracy, wall mode, 1 kHz: mean relative error per method (GVL-releasing: IO.select, sleep; " \
-           "GVL-holding: String#count, String#sum), median of #{o[:rounds]} runs"
-      acc.each do |b, a|
-        puts format("  %-10s releasing %.3f%%  holding %.3f%%  worst method %.3f%%", b, a[:releasing] * 100,
-                    a[:holding] * 100, a[:worst] * 100)
-      end
-    end
     return unless o[:markdown]
 
     puts
     puts table(head, rows, true)
+  end
+
+  def self.main(argv)
+    o = options(argv)
+    ensure_yjit(argv) if o[:yjit]
+    $stdout.sync = true
+    yjit = defined?(RubyVM::YJIT) && RubyVM::YJIT.enabled?
+    puts "rperf #{Rperf::VERSION} overhead benchmark — Ruby #{RUBY_VERSION}, " \
+         "#{`nproc`.strip} CPUs, kernel #{`uname -r`.strip}, YJIT #{yjit ? 'on' : 'off'}, " \
+         "load average #{File.read('/proc/loadavg').split.first(3).join(' ')}"
+    puts "command: bench/overhead.rb #{argv.join(' ')}".rstrip
+    scale = o[:scale].map { |n, f| n ? "#{n}=#{f}" : f.to_s }.join(",")
+    puts "rounds=#{o[:rounds]} scale=#{scale} backends=#{o[:backends].join(',')} (interleaved " \
+         "unprofiled/profiled pairs, every backend in each round; medians)"
+    report_overhead(o, report_floor(o)) unless o[:workloads].empty?
+    report_accuracy(o) if o[:accuracy].positive?
+    return unless yjit
+
+    st = RubyVM::YJIT.runtime_stats
+    puts
+    puts "YJIT on: #{st[:compiled_iseq_count]} iseqs compiled, #{st[:inline_code_size].to_i / 1024} KiB of inline code"
   end
 end
 
