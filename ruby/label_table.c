@@ -238,6 +238,8 @@ uint32_t rperf_rb_ltab_decode_locked(uint64_t token)
     return e->state != ST_FREE && e->epoch == (uint32_t)(token >> 32) ? id : 0;
 }
 
+uint32_t rperf_rb_ltab_epoch_locked(void) { return atomic_load(&epoch); }
+
 VALUE rperf_rb_ltab_set(uint32_t id)
 {
     return id ? value_at(id) : Qnil;

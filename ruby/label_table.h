@@ -23,6 +23,9 @@ int64_t rperf_rb_ltab_intern_locked(const char *bytes, size_t len, uint64_t hash
 int64_t rperf_rb_ltab_overflow_locked(void);
 uint64_t rperf_rb_ltab_token_locked(uint32_t id);
 uint32_t rperf_rb_ltab_decode_locked(uint64_t token);
+/* The table's epoch: moves at every start and clear, and only then may an
+ * id be freed, revived or given to another set. */
+uint32_t rperf_rb_ltab_epoch_locked(void);
 void rperf_rb_ltab_window_clear_locked(const uint32_t *referenced, size_t n_ref);
 /* no lock needed */
 VALUE rperf_rb_ltab_set(uint32_t id);

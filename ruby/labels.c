@@ -7,7 +7,8 @@
  * A label set is a frozen, Ractor-shareable Hash (values that are not
  * shareable are stored as frozen String copies of their to_s). Applying
  * labels to a set seen before allocates no Hash (Rperf.label per request is
- * the common case). Ruby code holds label *tokens* (label_table.c), never
+ * the common case), and applying what this thread applied recently to the
+ * same current set is a memo lookup (label_memo.c) under one lock. Ruby code holds label *tokens* (label_table.c), never
  * raw ids: a token kept across stop/start or a window whose set was freed
  * reads as the empty set.
  *
@@ -26,6 +27,7 @@
  */
 #include "rperf_ruby.h"
 #include "label_table.h"
+#include "label_memo.h"
 
 #include <ruby/encoding.h>
 
@@ -207,9 +209,10 @@ static uint64_t current_token(void)
 }
 
 /* Label the running thread with the set a token names (a stale token: the
- * empty set). */
+ * empty set). Not running: nothing to label (as if stopped just before). */
 static void set_token(uint64_t token)
 {
+    if (!rperf_engine_running()) return;
     rperf_rb_ltab_lock();
     uint32_t id = rperf_rb_ltab_decode_locked(token);
     if (rperf_engine_enter()) {
@@ -235,8 +238,9 @@ static VALUE set_of(uint64_t token)
     return NIL_P(h) ? empty_set : h;
 }
 
-/* The token of the set `cur` merged with `labels` (nil deletes a key). */
-static uint64_t apply(uint64_t cur_token, VALUE labels)
+/* The token of the set `cur` merged with `labels` (nil deletes a key). A
+ * set found in the table is recorded in the memo under `memo` (NULL: not). */
+static uint64_t apply(uint64_t cur_token, VALUE labels, const rperf_memo_key_t *memo)
 {
     Check_Type(labels, T_HASH);
     VALUE cur = cur_token ? set_of(cur_token) : Qnil;
@@ -279,6 +283,7 @@ static uint64_t apply(uint64_t cur_token, VALUE labels)
     rperf_rb_ltab_lock();
     int64_t id = rperf_rb_ltab_find_locked(key.p, key.len, h);
     uint64_t token = id >= 0 ? rperf_rb_ltab_token_locked((uint32_t)id) : 0;
+    if (id >= 0 && memo) rperf_rb_memo_put_locked(rperf_rb_ltab_epoch_locked(), cur_token, memo, token);
     rperf_rb_ltab_unlock();
     if (id < 0) {
         VALUE set = rb_hash_new_capa(p.n);
@@ -303,6 +308,35 @@ static uint64_t apply(uint64_t cur_token, VALUE labels)
     return token;
 }
 
+/* Running: merge labels into the running thread's set; returns the token
+ * of the set it had. The memo's hit reads the current set, finds the result
+ * and labels the thread in one lock and enter/leave; a miss merges in full. */
+static uint64_t relabel(VALUE labels)
+{
+    rperf_memo_key_t mk;
+    rperf_rb_memo_key(labels, &mk);
+    if (mk.ok) {
+        bool hit = false;
+        uint64_t cur = 0, next = 0;
+        rperf_rb_ltab_lock();
+        if (rperf_engine_enter()) {
+            rperf_thread_t *pt = rperf_rb_current_thread(true);
+            if (pt) {
+                uint32_t id = rperf_thread_label(pt);
+                cur = id ? rperf_rb_ltab_token_locked(id) : 0;
+                hit = rperf_rb_memo_find_locked(rperf_rb_ltab_epoch_locked(), cur, &mk, &next);
+                if (hit) rperf_thread_set_label(pt, (uint32_t)next);
+            }
+            rperf_engine_leave();
+        }
+        rperf_rb_ltab_unlock();
+        if (hit) return cur;
+    }
+    uint64_t cur = current_token();
+    set_token(apply(cur, labels, mk.ok ? &mk : NULL));
+    return cur;
+}
+
 /* ---- Rperf.label / Rperf.labels ------------------------------------------------ */
 
 static VALUE yield_block(VALUE unused)
@@ -325,8 +359,7 @@ static VALUE m_label(int argc, VALUE *argv, VALUE self)
     (void)self;
     VALUE labels = Qnil;
     rb_scan_args(argc, argv, ":", &labels);
-    uint64_t cur = current_token();
-    if (!NIL_P(labels) && rperf_engine_running()) set_token(apply(cur, labels));
+    uint64_t cur = !NIL_P(labels) && rperf_engine_running() ? relabel(labels) : current_token();
     if (!rb_block_given_p()) return Qnil;
     return rb_ensure(yield_block, Qnil, restore_token, token_value(cur));
 }
@@ -357,7 +390,7 @@ static VALUE c_set_label(VALUE self, VALUE token)
 static VALUE c_label_apply(VALUE self, VALUE cur, VALUE labels)
 {
     (void)self;
-    return token_value(apply(token_of(cur), labels));
+    return token_value(apply(token_of(cur), labels, NULL));
 }
 
 static VALUE c_label_set(VALUE self, VALUE token)

@@ -62,4 +62,7 @@ void rperf_rb_exporters_init(VALUE mRperf);
 /* decode.c (the pprof reader: Rperf._decode_pprof) */
 void rperf_rb_decode_init(VALUE mRperf);
 
+/* normalize.c (Rperf._c_normalize_path, for Rperf::Middleware) */
+void rperf_rb_normalize_init(VALUE mRperf);
+
 #endif

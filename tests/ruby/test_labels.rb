@@ -282,6 +282,66 @@ class TestLabels < Test::Unit::TestCase
     Rperf.start(frequency: 100) { Rperf.label(sticky: nil, sticky2: nil) }
   end
 
+  # Applying the same labels again and again takes the memo of recent
+  # applications (ruby/label_memo.c); it must answer exactly as the full
+  # path: per current set, value and encoding, never a set another window
+  # or run gave the same id, and without hiding overflow counts.
+  def test_repeated_labels_follow_the_current_set_and_value
+    Rperf.start(frequency: 1000)
+    values = %w[a b c d e f] + ["a".b, "é", "é".encode("ISO-8859-1")]
+    3.times do
+      %w[x y].each do |tenant|
+        Rperf.label(tenant: tenant) do
+          values.each do |v|
+            Rperf.label(endpoint: v) do
+              got = Rperf.labels
+              assert_equal({ tenant: tenant, endpoint: v }, got)
+              assert_equal(v.encoding, got[:endpoint].encoding, v.inspect)
+            end
+          end
+          Rperf.label(tenant: nil) { assert_equal({}, Rperf.labels) }
+        end
+      end
+    end
+  ensure
+    Rperf.stop
+  end
+
+  def test_repeated_labels_after_their_set_was_freed
+    Rperf.start(frequency: 1000)
+    3.times { Rperf.label(endpoint: "a") { assert_equal({ endpoint: "a" }, Rperf.labels) } }
+    Rperf.snapshot(clear: true)   # "a" quarantined
+    Rperf.snapshot(clear: true)   # "a" freed, its id free
+    3.times { Rperf.label(endpoint: "b") { assert_equal({ endpoint: "b" }, Rperf.labels) } }
+    Rperf.label(endpoint: "a") do
+      assert_equal({ endpoint: "a" }, Rperf.labels)
+      rperf_labelled_work(0.02)
+    end
+    res = Rperf.snapshot(clear: true)
+    samples = rperf_samples_with(res, "Object#rperf_labelled_work")
+    assert_not_empty(samples, rperf_describe(res))
+    samples.each { |s| assert_equal({ endpoint: "a" }, res[:label_sets][s[3]]) }
+  ensure
+    Rperf.stop
+  end
+
+  def test_repeated_labels_across_runs
+    Rperf.start(frequency: 1000) { 3.times { Rperf.label(endpoint: "a") { } } }
+    Rperf.start(frequency: 1000) do
+      Rperf.label(endpoint: "b") { }  # the first set of this run: the id "a" had
+      assert_equal({ endpoint: "a" }, Rperf.label(endpoint: "a") { Rperf.labels })
+    end
+  end
+
+  def test_repeated_labels_past_the_cap_are_all_counted
+    Rperf.start(frequency: 1000, max_label_sets: 1)
+    3.times { Rperf.label(endpoint: "a") { } }
+    5.times { Rperf.label(endpoint: "b") { assert_equal({ rperf_label_overflow: true }, Rperf.labels) } }
+    assert_equal(5, Rperf.snapshot[:label_sets_overflowed])
+  ensure
+    Rperf.stop
+  end
+
   def test_labels_in_raw_mode
     result = Rperf.start(frequency: 1000, aggregate: false) do
       Rperf.label(raw: "yes") { rperf_labelled_work(0.05) }

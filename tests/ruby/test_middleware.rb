@@ -51,6 +51,114 @@ class TestMiddleware < Test::Unit::TestCase
     end
   end
 
+  # The Ruby implementation the C scan (ruby/normalize.c) replaced, kept
+  # here as the oracle: Middleware.normalize must give the same String (and
+  # encoding, and the argument itself when it has no digit and no "-").
+  ORACLE_SEGMENT = %r{
+    (?<=/)
+    (?:
+      (?<uuid>\h{8}-\h{4}-\h{4}-\h{4}-\h{12})
+    | (?<id>\d+)
+    | (?<hex>(?=\h*\d)\h{16,})
+    )
+    (?=[/.]|\z)
+  }x
+
+  def oracle_normalize(path)
+    path = path.to_s
+    return path unless path.match?(/\d|-/)
+
+    path.gsub(ORACLE_SEGMENT) do
+      m = Regexp.last_match
+      m[:uuid] ? ":uuid" : m[:id] ? ":id" : ":hex"
+    end
+  end
+
+  # One generated segment: ids of every kind, near-misses, non-ASCII.
+  def random_segment(rng)
+    hex = ->(n, up = false) { s = Array.new(n) { "0123456789abcdef"[rng.rand(16)] }.join; up ? s.upcase : s }
+    uuid = -> { [8, 4, 4, 4, 12].map { |n| hex.call(n, rng.rand(3).zero?) }.join("-") }
+    case rng.rand(18)
+    when 0 then ""
+    when 1 then rng.rand(10**rng.rand(1..20)).to_s
+    when 2 then uuid.call
+    when 3 then uuid.call.sub(/.\z/, "")                       # 35 characters
+    when 4 then "#{uuid.call}#{hex.call(1)}"                     # 37
+    when 5 then hex.call(rng.rand(12..40), rng.rand(2).zero?)
+    when 6 then "abcdef" * rng.rand(1..5)                        # hex without a digit
+    when 7 then "#{rng.rand(1000)}.json"
+    when 8 then "#{hex.call(rng.rand(14..18))}.#{%w[json xml tar.gz 1].sample(random: rng)}"
+    when 9 then %w[users v2 api posts x-1 2024-06-01 hello-world].sample(random: rng)
+    when 10 then %w[é 日本 ü1 १२३ ０１２ ٣].sample(random: rng)  # non-ASCII (and non-ASCII digits)
+    when 11 then "#{rng.rand(100)}-#{rng.rand(100)}"
+    when 12 then Array.new(rng.rand(1..4)) { %w[1 a - . / g 0 F].sample(random: rng) }.join
+    when 13 then "9" * rng.rand(200..3000)                      # very long
+    when 14 then hex.call(rng.rand(1000..4000))
+    when 15 then "x" * rng.rand(1000..3000)
+    when 16 then ".#{rng.rand(10)}"
+    else "#{uuid.call}.json"
+    end
+  end
+
+  def random_path(rng)
+    segs = Array.new(rng.rand(0..7)) { random_segment(rng) }
+    path = (rng.rand(8).zero? ? "" : "/") + segs.join("/")
+    path << "/" if rng.rand(4).zero?
+    path
+  end
+
+  def assert_same_normalize(path)
+    want = oracle_normalize(path)
+    got = Rperf::Middleware.normalize(path)
+    assert_equal([want, want.encoding, want.frozen?, want.equal?(path)],
+                 [got, got.encoding, got.frozen?, got.equal?(path)], path.inspect)
+  end
+
+  def test_normalize_matches_regexp_oracle
+    seed = Random.new_seed
+    rng = Random.new(seed)
+    3000.times do
+      path = random_path(rng)
+      assert_same_normalize(path)
+      assert_same_normalize(path.b)
+      assert_same_normalize(path.dup.force_encoding("US-ASCII")) if path.ascii_only?
+    end
+  rescue Test::Unit::AssertionFailedError => e
+    raise e.class, "#{e.message}\n(seed #{seed})"
+  end
+
+  def test_normalize_encodings
+    [
+      "/users/12/x", "/a/b", "/u/#{UUID}.json", "/i/#{'ab12' * 5}", "/é/1", "/ア/12-3",
+    ].each do |base|
+      %w[UTF-8 ASCII-8BIT ISO-8859-1 Windows-1252 Shift_JIS EUC-JP GB18030].each do |name|
+        path = begin
+          base.encode(name)
+        rescue EncodingError
+          next
+        end
+        assert_same_normalize(path)
+        assert_same_normalize(path.freeze)
+      end
+    end
+    # invalid strings and encodings the regexp refuses raise as before
+    ["/\xff/1".dup.force_encoding("UTF-8"), "/\xff/a".dup.force_encoding("UTF-8"),
+     "/x/\xff".dup.force_encoding("US-ASCII"), "/x/1".encode("UTF-16LE"), "/x/1".dup.force_encoding("UTF-7")].each do |bad|
+      raised = [-> { oracle_normalize(bad) }, -> { Rperf::Middleware.normalize(bad) }].map do |fn|
+        fn.call
+        flunk("#{bad.inspect}: no exception")
+      rescue ArgumentError, EncodingError => e
+        [e.class, e.message]
+      end
+      assert_equal(raised[0], raised[1], bad.inspect)
+    end
+    # not a String: its to_s
+    assert_equal("", Rperf::Middleware.normalize(nil))
+    assert_equal("/a/:id", Rperf::Middleware.normalize(:"/a/1"))
+    sub = Class.new(String)
+    assert_equal([String, "/a/:id"], [Rperf::Middleware.normalize(sub.new("/a/1")).class, Rperf::Middleware.normalize(sub.new("/a/1"))])
+  end
+
   def test_default_label_normalises_ids
     seen = []
     mw = Rperf::Middleware.new(app(seen))

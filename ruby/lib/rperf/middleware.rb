@@ -13,6 +13,12 @@
 #     (SHA digests, Mongo ObjectIds, hex tokens)         → `:hex`
 # Nothing else changes: `/v2/users`, `/2024-06-01`, slugs, a query string
 # (not part of PATH_INFO) stay as they are.
+# The scan is one pass over the bytes in C (ruby/normalize.c, a fraction
+# of a µs per path); a path with no digit and no "-" is returned as it is,
+# any other as a new String. Encodings whose bytes it cannot scan as ASCII
+# (other multibyte ones, UTF-16/32) and invalid strings go through the
+# regular expression below, which gives the same results (and raises for
+# those the regexp cannot match, as before).
 #
 #   use Rperf::Middleware                                # "GET /users/:id"
 #   use Rperf::Middleware, label: :raw                   # "GET /users/123"
@@ -32,6 +38,8 @@
 # written at the top level has `main` as self and is refused with
 # Ractor::IsolationError).
 
+require "rperf"
+
 module Rperf
   class Middleware
     LABELS = %i[normalized raw].freeze
@@ -47,9 +55,15 @@ module Rperf
       (?=[/.]|\z)
     }x
 
-    # Path with its ids replaced (see the file comment).
+    # Path with its ids replaced (see the file comment). A byte scan in C
+    # (ruby/normalize.c); the regular expression for the encodings and
+    # invalid strings the scan leaves to it.
     def self.normalize(path)
       path = path.to_s
+      Rperf._c_normalize_path(path) || normalize_regexp(path)
+    end
+
+    def self.normalize_regexp(path)
       return path unless path.match?(/\d|-/)
 
       path.gsub(ID_SEGMENT) do
@@ -57,6 +71,7 @@ module Rperf
         m[:uuid] ? ":uuid" : m[:id] ? ":id" : ":hex"
       end
     end
+    private_class_method :normalize_regexp
 
     def initialize(app, label_key: :endpoint, label: :normalized)
       unless label_key.is_a?(Symbol)

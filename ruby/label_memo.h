@@ -1,0 +1,29 @@
+/*
+ * label_memo.h — the per-native-thread memo of recent label applications
+ * (ruby/label_memo.c), used by labels.c only. Context: see label_memo.c.
+ */
+#ifndef RPERF_LABEL_MEMO_H
+#define RPERF_LABEL_MEMO_H
+
+#include <ruby/ruby.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define RPERF_MEMO_KEY_BYTES 160
+
+/* The labels Hash of one Rperf.label call as memo key bytes. */
+typedef struct rperf_memo_key {
+    bool ok;                 /* false: not memoisable (kinds, size) */
+    uint32_t len;
+    char bytes[RPERF_MEMO_KEY_BYTES];
+} rperf_memo_key_t;
+
+void rperf_rb_memo_key(VALUE labels, rperf_memo_key_t *out);
+/* under the label table's lock: the token of (cur set + labels) recorded
+ * in the table's current epoch, or false */
+bool rperf_rb_memo_find_locked(uint32_t epoch, uint64_t cur, const rperf_memo_key_t *k, uint64_t *result);
+/* under the label table's lock: record that result, found in the table at
+ * `epoch` */
+void rperf_rb_memo_put_locked(uint32_t epoch, uint64_t cur, const rperf_memo_key_t *k, uint64_t result);
+
+#endif
