@@ -141,22 +141,35 @@ class TestMiddleware < Test::Unit::TestCase
         assert_same_normalize(path.freeze)
       end
     end
-    # invalid strings and encodings the regexp refuses raise as before
+    # invalid strings and encodings the regexp refuses are normalised as
+    # bytes: a request with a malformed path is never failed by the label
     ["/\xff/1".dup.force_encoding("UTF-8"), "/\xff/a".dup.force_encoding("UTF-8"),
      "/x/\xff".dup.force_encoding("US-ASCII"), "/x/1".encode("UTF-16LE"), "/x/1".dup.force_encoding("UTF-7")].each do |bad|
-      raised = [-> { oracle_normalize(bad) }, -> { Rperf::Middleware.normalize(bad) }].map do |fn|
-        fn.call
-        flunk("#{bad.inspect}: no exception")
-      rescue ArgumentError, EncodingError => e
-        [e.class, e.message]
-      end
-      assert_equal(raised[0], raised[1], bad.inspect)
+      got = Rperf::Middleware.normalize(bad)
+      assert_equal(oracle_normalize(bad.b), got, bad.inspect)
+      assert_equal(Encoding::BINARY, got.encoding, bad.inspect)
     end
+    assert_equal("/\xff/:id".b, Rperf::Middleware.normalize("/\xff/1".dup.force_encoding("UTF-8")))
     # not a String: its to_s
     assert_equal("", Rperf::Middleware.normalize(nil))
     assert_equal("/a/:id", Rperf::Middleware.normalize(:"/a/1"))
     sub = Class.new(String)
     assert_equal([String, "/a/:id"], [Rperf::Middleware.normalize(sub.new("/a/1")).class, Rperf::Middleware.normalize(sub.new("/a/1"))])
+  end
+
+  def test_malformed_path_is_served_and_labelled
+    seen = []
+    mw = Rperf::Middleware.new(app(seen))
+    bad = "/users/\xff/12".dup.force_encoding("UTF-8")
+    Dir.mktmpdir("rperf-mw") do |dir|
+      out = File.join(dir, "p.json")
+      data = Rperf.start(frequency: 1000, output: out) do
+        assert_equal([200, {}, [bad]], mw.call(env(bad)), "the request is served")
+      end
+      assert_equal([{ endpoint: "GET /users/\xff/:id".b }], seen)
+      assert_include(data[:label_sets], { endpoint: "GET /users/\xff/:id".b })
+      assert_nothing_raised("the profile with that label is written") { JSON.parse(File.read(out)) }
+    end
   end
 
   def test_default_label_normalises_ids

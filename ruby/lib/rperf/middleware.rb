@@ -58,8 +58,12 @@ module Rperf
     # Path with its ids replaced (see the file comment). A byte scan in C
     # (ruby/normalize.c); the regular expression for the encodings and
     # invalid strings the scan leaves to it.
+    # A path that is not valid in its encoding (e.g. "%FF" decoded into a
+    # UTF-8 String), or in an encoding that is not ASCII-compatible, is
+    # normalised as bytes: labelling never raises into the request.
     def self.normalize(path)
       path = path.to_s
+      path = path.b unless path.valid_encoding? && path.encoding.ascii_compatible?
       Rperf._c_normalize_path(path) || normalize_regexp(path)
     end
 
