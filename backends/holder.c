@@ -21,15 +21,19 @@
  *    new thread's native thread sets it to itself on start-up, before it
  *    waits for the GVL (ruby_thread_set_native). So the trigger is exact
  *    unless (a) a thread announced by STARTED has not had its first turn yet
- *    (rperf_engine_unsettled_threads), (a') the holder has not taken the
- *    GVL through a RESUMED event in this run (the caller of start, or a
- *    thread first met in its job: a thread started before the run may have
- *    left running_ec pointing at itself), (b) the holder resumed less than
+ *    (rperf_engine_unsettled_threads), (b) the holder resumed less than
  *    GUARD_NS ago (Ruby may set running_ec just after RESUMED), or (c) the
  *    main Ractor runs M:N threads (RUBY_MN_THREADS=1: running_ec is cleared
  *    while a thread switches away, which can race with the next holder).
- *    A direct trigger still unconsumed at the next tick sends that tick
- *    by signal (deliver: a self-check for cases none of these foresee).
+ *    A holder attached without a RESUMED in this run (the caller of start,
+ *    or a thread first met in its job) is tried directly too: a thread
+ *    started before the run may have left running_ec pointing at itself,
+ *    and the self-check in deliver catches that. A direct trigger still
+ *    unconsumed at the next tick went astray (or the holder is in a long C
+ *    call or GC, which takes no job either way): that holder's next 2
+ *    ticks go by signal, 4 after a second miss in a row, doubling up to
+ *    1024; a direct trigger that works resets it, a new holder (RESUMED)
+ *    starts afresh.
  *    Otherwise, and for a holder whose Ractor is not known yet:
  *  - the tick signal (tgkill) to the holder; the handler (tick_signal.c)
  *    triggers the job on that very thread, inside its own Ractor. Holders
@@ -194,16 +198,73 @@ static void clear_table(void)
 
 /* ---- delivery (timer thread) ------------------------------------------------ */
 
-static bool direct_trigger_exact(int i, int64_t now)
+static bool direct_trigger_exact(int64_t since, int64_t now)
 {
-    int64_t since = atomic_load_explicit(&table[i].since, memory_order_relaxed);
-    return !mn_main && rperf_engine_unsettled_threads() == 0 && since > 0 &&
-           now - since >= GUARD_NS;
+    return !mn_main && rperf_engine_unsettled_threads() == 0 &&
+           (since == 0 || now - since >= GUARD_NS);
 }
 
-/* Whether the previous tick went to the main Ractor by a direct trigger
- * (timer thread only). */
+/* Timer thread only: each slot's thread CPU time at the previous check. */
+static int64_t slot_cpu[MAX_SLOTS];
+static int64_t interval_ns;
+
+/* Timer thread: whether the holder in slot i has run (used a quarter of an
+ * interval of CPU time or more) since its previous check. A holder that has
+ * not is blocked: inside a call made while it holds its GVL (sleeping,
+ * waiting for I/O, a lock), or just resumed. It runs no job before it runs
+ * again, and a signal would only interrupt its call (EINTR): it gets none.
+ * Reads the thread's CPU clock by its tid (Linux's thread CPU clock id,
+ * as glibc's pthread_getcpuclockid builds it); unknown counts as running. */
+static bool holder_ran(int i)
+{
+    int32_t tid = atomic_load_explicit(&table[i].tid, memory_order_relaxed);
+    if (tid <= 0) return false;
+    clockid_t cid = (clockid_t)((~(uint32_t)tid << 3) | 6u);   /* per thread, SCHED */
+    struct timespec t;
+    if (clock_gettime(cid, &t) != 0) return true;
+    int64_t cpu = (int64_t)t.tv_sec * NSEC + t.tv_nsec;
+    int64_t prev = slot_cpu[i];
+    slot_cpu[i] = cpu;
+    return cpu - prev >= interval_ns / 4;
+}
+
+/* Timer thread: whether native thread `tid` is in the kernel's sleep states
+ * right now (S or D in /proc: inside a blocking call). holder_ran says
+ * whether it ran during the last interval; this says whether it still
+ * does, so a holder that just entered a blocking call gets no signal
+ * either. Unknown (the file cannot be read): false. */
+static bool blocked_now(int32_t tid)
+{
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return false;
+    buf[n] = '\0';
+    const char *paren = strrchr(buf, ')');   /* "tid (comm) S ..." */
+    return paren && paren[1] == ' ' && (paren[2] == 'S' || paren[2] == 'D');
+}
+
+/* Timer thread: the tick signal to a holder that ran during the last
+ * interval and is not blocked now. Returns whether it was sent. */
+static bool signal_running_holder(int i, bool ran)
+{
+    int32_t tid = atomic_load_explicit(&table[i].tid, memory_order_relaxed);
+    if (!ran || tid <= 0 || blocked_now(tid)) return false;
+    rperf_tick_signal_send(tid);
+    return true;
+}
+
+/* Timer thread only. The previous direct trigger (to which holder: slot and
+ * RESUMED time), and the penalty of a holder a direct trigger missed: its
+ * next `pen_left` ticks go by signal; consecutive misses double it (2, 4,
+ * ... 1024 ticks), a direct trigger that works resets it. */
 static bool last_direct;
+static int last_slot = -1, pen_slot = -1;
+static int64_t last_since, pen_since;
+static int pen_streak, pen_left;
 
 static void deliver(int64_t now)
 {
@@ -211,24 +272,41 @@ static void deliver(int64_t now)
     if (m >= 0) {
         /* Self-check: a direct trigger that no job has consumed by the next
          * tick went to a thread that does not run (running_ec naming a
-         * thread other than the holder, in a case the conditions above do
-         * not foresee). That tick goes by signal, so at most one interval
-         * is ever charged late. */
-        bool missed = last_direct && rperf_engine_ticks_unconsumed() > 0;
-        last_direct = !missed && direct_trigger_exact(m, now);
+         * thread other than the holder: a holder attached without a
+         * RESUMED in this run, or a case the conditions above do not
+         * foresee). That holder gets signals until its next RESUMED, so at
+         * most one interval is ever charged late. */
+        int64_t since = atomic_load_explicit(&table[m].since, memory_order_relaxed);
+        bool ran = holder_ran(m);
         if (last_direct) {
-            rperf_engine_tick_sigsafe();
-        } else {
-            int32_t tid = atomic_load_explicit(&table[m].tid, memory_order_relaxed);
-            if (tid > 0) rperf_tick_signal_send(tid);
+            bool again = pen_slot == last_slot && pen_since == last_since;
+            if (rperf_engine_ticks_unconsumed() > 0 && last_slot == m && ran) {
+                /* astray, or only late (a holder running a long C call or
+                 * GC takes no job either way; one that did not run is
+                 * simply blocked): signals, doubling on repeated misses */
+                pen_streak = again && pen_streak < 10 ? pen_streak + 1 : (again ? 10 : 1);
+                pen_slot = last_slot;
+                pen_since = last_since;
+                pen_left = 1 << pen_streak;
+            } else if (again) {
+                pen_streak = 0;
+            }
         }
+        bool penalised = pen_left > 0 && pen_slot == m && pen_since == since;
+        if (penalised) pen_left--;
+        last_direct = !penalised && direct_trigger_exact(since, now);
+        last_slot = m;
+        last_since = since;
+        /* A holder that is blocked gets the direct trigger instead of a
+         * signal: its job runs when its call returns either way. */
+        if (!last_direct && !signal_running_holder(m, ran)) last_direct = true;
+        if (last_direct) rperf_engine_tick_sigsafe();
     }
     if (atomic_load_explicit(&other_holders, memory_order_relaxed) <= 0) return;
     int n = atomic_load_explicit(&used, memory_order_acquire);
     for (int i = 0; i < n; i++) {
         if (atomic_load_explicit(&table[i].holds, memory_order_acquire) != HOLDS_OTHER) continue;
-        int32_t tid = atomic_load_explicit(&table[i].tid, memory_order_relaxed);
-        if (tid > 0) rperf_tick_signal_send(tid);
+        signal_running_holder(i, holder_ran(i));   /* blocked holding its GVL: none */
     }
 }
 
@@ -263,6 +341,10 @@ static int holder_start(const rperf_backend_config_t *cfg, char *err, size_t err
     mn_main = main_ractor_mn();
     clear_table();
     last_direct = false;
+    interval_ns = cfg->interval_ns;
+    memset(slot_cpu, 0, sizeof slot_cpu);
+    last_slot = pen_slot = -1;
+    pen_streak = pen_left = 0;
     atomic_store(&running, 1);
     if (rperf_timer_thread_start(cfg, deliver, err, errlen) == 0) return 0;
     atomic_store(&running, 0);
