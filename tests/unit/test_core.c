@@ -277,7 +277,6 @@ RPERF_TEST(ring_shrinks_back_after_a_burst)
  * counted as profiler memory while cached, and given back at release. */
 RPERF_TEST(freed_ring_blocks_are_reused_and_released)
 {
-    setup();
     rperf__pages_release_cache();
     size_t base = rperf_engine_memory_bytes();
     size_t sz = 1024 * sizeof(ck_ring_buffer_t);
