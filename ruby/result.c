@@ -1,7 +1,8 @@
 /*
  * result.c — turns the engine's results into the Ruby result Hash of
  * Rperf.stop / Rperf.snapshot (Symbol keys, leaf-first [path, label] frames,
- * [frames, weight, thread_seq, label_set_id] tuples, label_sets from the C
+ * [frames, weight, thread_seq, label_set_id] tuples (samples with the same
+ * frames share one frozen frames Array), label_sets from the C
  * label table, and the per-thread table :threads).
  *
  * Context: GVL held, with the worker parked (snapshot) or joined (stop).
@@ -12,10 +13,25 @@
 
 #include <ruby/encoding.h>
 
+#include <stdlib.h>
+#include <string.h>
+
+/* Samples with the same frames share one frozen frames Array: a server
+ * with a thread per connection has the same few hundred stacks on
+ * thousands of threads (the thread is part of the aggregation key), and a
+ * copy per sample made the result ~4x the size of Ruby's heap. */
+typedef struct stack_slot {
+    const uint32_t *ids;      /* the engine's frame ids (stable while building) */
+    uint32_t depth;
+    VALUE frames;             /* reachable through the samples Array */
+} stack_slot_t;
+
 typedef struct build_ctx {
     VALUE pairs;      /* frame id -> frozen [path, label] */
     VALUE samples;
     bool raw;
+    stack_slot_t *stacks;     /* open addressing, power-of-two capacity */
+    size_t cap, n;
 } build_ctx_t;
 
 static VALUE frame_pair(build_ctx_t *c, uint32_t id)
@@ -41,11 +57,54 @@ static VALUE frame_pair(build_ctx_t *c, uint32_t id)
     return p;
 }
 
+static uint64_t ids_hash(const uint32_t *ids, uint32_t depth)
+{
+    uint64_t h = 1469598103934665603ULL ^ depth;
+    for (uint32_t i = 0; i < depth; i++) h = (h ^ ids[i]) * 1099511628211ULL;
+    return h;
+}
+
+static stack_slot_t *stack_slot(build_ctx_t *c, const uint32_t *ids, uint32_t depth)
+{
+    size_t i = (size_t)ids_hash(ids, depth) & (c->cap - 1);
+    while (c->stacks[i].ids &&
+           !(c->stacks[i].depth == depth && memcmp(c->stacks[i].ids, ids, depth * sizeof(*ids)) == 0))
+        i = (i + 1) & (c->cap - 1);
+    return &c->stacks[i];
+}
+
+/* The shared frames Array for these ids; NULL table (out of memory):
+ * a fresh Array per sample, as before. */
+static VALUE frames_of(build_ctx_t *c, const rperf_result_sample_t *s)
+{
+    if (c->stacks && c->n * 2 + 2 > c->cap) {
+        size_t cap = c->cap * 2;
+        stack_slot_t *old = c->stacks, *grown = calloc(cap, sizeof(*grown));
+        if (grown) {
+            size_t old_cap = c->cap;
+            c->stacks = grown;
+            c->cap = cap;
+            for (size_t i = 0; i < old_cap; i++)
+                if (old[i].ids) *stack_slot(c, old[i].ids, old[i].depth) = old[i];
+            free(old);
+        }
+    }
+    stack_slot_t *slot = c->stacks && c->n * 2 + 2 <= c->cap ? stack_slot(c, s->frames, s->depth) : NULL;
+    if (slot && slot->ids) return slot->frames;
+    VALUE frames = rb_ary_new_capa(s->depth);
+    for (uint32_t i = 0; i < s->depth; i++) rb_ary_push(frames, frame_pair(c, s->frames[i]));
+    rb_obj_freeze(frames);
+    if (slot) {
+        *slot = (stack_slot_t){ s->frames, s->depth, frames };
+        c->n++;
+    }
+    return frames;
+}
+
 static int add_sample(const rperf_result_sample_t *s, void *arg)
 {
     build_ctx_t *c = arg;
-    VALUE frames = rb_ary_new_capa(s->depth);
-    for (uint32_t i = 0; i < s->depth; i++) rb_ary_push(frames, frame_pair(c, s->frames[i]));
+    VALUE frames = frames_of(c, s);
     VALUE tuple = c->raw
         ? rb_ary_new_from_args(5, frames, LL2NUM(s->weight), UINT2NUM(s->thread_seq),
                                UINT2NUM(s->label_set_id), LL2NUM(s->time_ns))
@@ -53,6 +112,22 @@ static int add_sample(const rperf_result_sample_t *s, void *arg)
                                UINT2NUM(s->label_set_id));
     rb_ary_push(c->samples, tuple);
     return 0;
+}
+
+static VALUE each_sample(VALUE arg)
+{
+    build_ctx_t *c = (build_ctx_t *)arg;
+    if (c->raw) rperf_result_each_raw(add_sample, c);
+    else rperf_result_each_aggregated(add_sample, c);
+    return Qnil;
+}
+
+static VALUE free_stacks(VALUE arg)
+{
+    build_ctx_t *c = (build_ctx_t *)arg;
+    free(c->stacks);
+    c->stacks = NULL;
+    return Qnil;
 }
 
 static void set(VALUE h, const char *key, VALUE v) { rb_hash_aset(h, ID2SYM(rb_intern(key)), v); }
@@ -100,20 +175,16 @@ VALUE rperf_rb_build_result(bool raw)
     set(h, "sampling_time_ns", ULL2NUM(st.sampling_time_ns));
     set(h, "detected_thread_count", UINT2NUM(st.detected_threads));
 
-    build_ctx_t c = { rb_ary_new(), rb_ary_new(), raw };
+    build_ctx_t c = { rb_ary_new(), rb_ary_new(), raw, NULL, 1024, 0 };
+    c.stacks = calloc(c.cap, sizeof(*c.stacks));
     if (!raw) {
         set(h, "unique_frames", SIZET2NUM(rperf_result_frame_count()));
         set(h, "unique_stacks", SIZET2NUM(rperf_result_aggregated_count()));
     }
     set(h, "start_time_ns", LL2NUM(st.start_time_ns));
     set(h, "duration_ns", LL2NUM(mono - st.start_mono_ns));
-    if (raw) {
-        rperf_result_each_raw(add_sample, &c);
-        set(h, "raw_samples", c.samples);
-    } else {
-        rperf_result_each_aggregated(add_sample, &c);
-        set(h, "aggregated_samples", c.samples);
-    }
+    rb_ensure(each_sample, (VALUE)&c, free_stacks, (VALUE)&c);   /* may raise NoMemoryError */
+    set(h, raw ? "raw_samples" : "aggregated_samples", c.samples);
     if (rperf_rb_label_set_count() > 1) set(h, "label_sets", rperf_rb_label_sets());
     set(h, "label_sets_overflowed", ULL2NUM(rperf_rb_labels_overflowed()));
     set(h, "backend", ID2SYM(rb_intern(cfg->backend->name)));

@@ -120,6 +120,30 @@ class TestResult < Test::Unit::TestCase
     end
   end
 
+  # A thread per connection repeats the same stacks on thousands of threads:
+  # samples with equal frames share one frozen frames Array (the result's
+  # size follows the distinct stacks, not the threads), in aggregate and raw
+  # mode alike.
+  def test_equal_stacks_share_one_frozen_frames_array
+    [true, false].each do |aggregate|
+      result = Rperf.start(frequency: 1000, mode: :wall, aggregate: aggregate) do
+        20.times.map { Thread.new { sleep 0.003; rperf_work_a(0.01) } }.each(&:join)
+      end
+      samples = result[aggregate ? :aggregated_samples : :raw_samples]
+      by_frames = samples.group_by(&:first)
+      shared = by_frames.values.select { |group| group.map { |s| s[2] }.uniq.size > 1 }
+      assert_not_empty(shared, "the same stack on several threads (aggregate: #{aggregate})")
+      shared.each do |group|
+        assert(group.all? { |s| s[0].equal?(group[0][0]) },
+               "samples with equal frames share one Array (aggregate: #{aggregate})")
+      end
+      assert(samples.all? { |s| s[0].frozen? }, "frames Arrays are frozen")
+      assert_raise(FrozenError) { samples[0][0] << ["x", "y"] }
+      assert_equal(by_frames.size, samples.map { |s| s[0].object_id }.uniq.size,
+                   "one Array per distinct stack")
+    end
+  end
+
   def test_frames_are_leaf_first_with_qualified_labels
     each_combo do |backend, mode|
       result, = profile(backend, mode)
