@@ -60,6 +60,7 @@ module RperfStress
       err = Thread.new { e.read }
       timed_out = !w.join(timeout)
       if timed_out
+        dump_threads(w.pid)
         begin
           Process.kill(:KILL, w.pid)
         rescue Errno::ESRCH
@@ -68,6 +69,18 @@ module RperfStress
       end
       [w.value, out.value, err.value, timed_out]
     end
+  end
+
+  # A hung child's native stacks, on stderr, before it is killed (gdb, when
+  # installed): what the hang was waiting for.
+  def dump_threads(pid)
+    gdb = ENV.fetch("PATH", "").split(":").map { |d| File.join(d, "gdb") }.find { |f| File.executable?(f) }
+    return warn("stress: child #{pid} timed out (no gdb for its stacks)") unless gdb
+
+    out, = Open3.capture2e(gdb, "-p", pid.to_s, "-batch", "-nx", "-ex", "thread apply all bt 30")
+    warn "stress: child #{pid} timed out; its threads:\n#{out.lines.grep(/^(Thread|#)/).join}"
+  rescue StandardError => e
+    warn "stress: child #{pid} timed out; stacks not taken (#{e.class}: #{e.message})"
   end
 
   # A child that prints one "RESULT {json}" line.
