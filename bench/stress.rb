@@ -90,6 +90,7 @@ module RperfStress
     res = line ? JSON.parse(line.sub("RESULT ", "")) : {}
     ok = !to && st.success? && line
     res["crashed"] = ok ? 0 : 1
+    res["timed_out"] = to
     res["error"] = "status=#{st.inspect}#{to ? ' TIMED OUT' : ''} #{err.lines.last(3).join.strip}" unless ok
     res
   end
