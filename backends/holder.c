@@ -271,11 +271,11 @@ static void deliver(int64_t now)
     int m = atomic_load_explicit(&main_holder, memory_order_acquire);
     if (m >= 0) {
         /* Self-check: a direct trigger that no job has consumed by the next
-         * tick went to a thread that does not run (running_ec naming a
-         * thread other than the holder: a holder attached without a
-         * RESUMED in this run, or a case the conditions above do not
-         * foresee). That holder gets signals until its next RESUMED, so at
-         * most one interval is ever charged late. */
+         * tick, while the holder kept running, went to a thread that does
+         * not run (running_ec naming another thread: a holder attached
+         * without a RESUMED in this run, or a case the conditions above do
+         * not foresee). That holder gets the penalty below (signals for 2,
+         * 4, ... 1024 ticks); a new holder starts afresh. */
         int64_t since = atomic_load_explicit(&table[m].since, memory_order_relaxed);
         bool ran = holder_ran(m);
         if (last_direct) {
@@ -284,7 +284,7 @@ static void deliver(int64_t now)
                 /* astray, or only late (a holder running a long C call or
                  * GC takes no job either way; one that did not run is
                  * simply blocked): signals, doubling on repeated misses */
-                pen_streak = again && pen_streak < 10 ? pen_streak + 1 : (again ? 10 : 1);
+                pen_streak = !again ? 1 : pen_streak < 10 ? pen_streak + 1 : 10;
                 pen_slot = last_slot;
                 pen_since = last_since;
                 pen_left = 1 << pen_streak;

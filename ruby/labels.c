@@ -8,9 +8,9 @@
  * shareable are stored as frozen String copies of their to_s). Applying
  * labels to a set seen before allocates no Hash (Rperf.label per request is
  * the common case), and applying what this thread applied recently to the
- * same current set is a memo lookup (label_memo.c) under one lock. Ruby code holds label *tokens* (label_table.c), never
- * raw ids: a token kept across stop/start or a window whose set was freed
- * reads as the empty set.
+ * same current set is a memo lookup (label_memo.c) under one lock. Ruby
+ * code holds label *tokens* (label_table.c), never raw ids: a token kept
+ * across stop/start or a window whose set was freed reads as the empty set.
  *
  * Rperf.label and Rperf.labels themselves are C methods, so a tracer sees
  * the public call and the user's block only. Label values are converted
