@@ -65,7 +65,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -144,7 +143,7 @@ static int claim_slot(void)
 {
     if (have_slot()) return mine.index;
     pthread_once(&key_once, make_key);
-    int32_t tid = (int32_t)syscall(SYS_gettid);
+    int32_t tid = rperf_native_tid();
     for (int i = 0; i < MAX_SLOTS; i++) {
         int32_t free_tid = 0;
         if (!atomic_compare_exchange_strong(&table[i].tid, &free_tid, tid)) continue;

@@ -84,7 +84,7 @@ typedef struct rperf_config {
 typedef struct rperf_stats {
     uint64_t trigger_count;     /* ticks that requested a sample */
     uint64_t sampling_count;    /* job runs that recorded a sample */
-    uint64_t sampling_time_ns;  /* thread CPU time spent in those job runs */
+    uint64_t sampling_time_ns;  /* duration of those job runs (monotonic; a job never blocks) */
     uint64_t dropped_samples;   /* samples lost to full rings */
     uint64_t timer_overruns;    /* ticks the backend could not deliver in time */
     uint32_t detected_threads;  /* thread_seq values handed out */
@@ -170,6 +170,9 @@ void rperf_engine_leave(void);
 
 /* The per-native-thread current Ruby thread (set RESUMED, cleared SUSPENDED). */
 rperf_thread_t *rperf_current_thread_sigsafe(void);
+/* The calling native thread's kernel tid, read once per native thread (any
+ * context: gettid is async-signal-safe). */
+int32_t rperf_native_tid(void);
 
 /* own, GVL held: the thread's identity, set by the host from the thread
  * itself. set_ractor tells the backend (thread_identified). wants_name is

@@ -150,10 +150,19 @@ static int64_t ruby_cpu_now(rperf_thread_t *pt, int64_t native)
     return pt->cpu_acc + (pt->cpu_mark >= 0 ? native - pt->cpu_mark : 0);
 }
 
-static void set_current(rperf_thread_t *pt)
+/* Any context (gettid is async-signal-safe): the calling native thread's
+ * kernel thread id, read once per native thread. */
+int32_t rperf_native_tid(void)
 {
     rperf_nt_t *nt = &nt_tls;
     if (!nt->tid) nt->tid = (int32_t)syscall(SYS_gettid);
+    return nt->tid;
+}
+
+static void set_current(rperf_thread_t *pt)
+{
+    rperf_nt_t *nt = &nt_tls;
+    rperf_native_tid();
     nt->cur = pt;
     nt->run_id = rperf__engine.run_id;
     pt->native_tid = nt->tid;
@@ -218,7 +227,7 @@ static void sample_now(rperf_thread_t *pt, int64_t mono, int64_t native, int64_t
      * (coalesced ticks are consumed together). */
     if (count_job && atomic_exchange_explicit(&rperf__engine.outstanding, 0, memory_order_relaxed) > 0) {
         atomic_fetch_add_explicit(&rperf__engine.sampling_count, 1, memory_order_relaxed);
-        int64_t spent = rperf__native_cpu_ns() - native;
+        int64_t spent = rperf__mono_ns() - mono;
         if (spent > 0)
             atomic_fetch_add_explicit(&rperf__engine.sampling_time_ns, (uint64_t)spent,
                                       memory_order_relaxed);
@@ -231,8 +240,11 @@ void rperf_sample_job(rperf_thread_t *pt)
 {
     if (!pt) pt = rperf_current_thread_sigsafe();
     if (!pt) return;
-    int64_t native = rperf__native_cpu_ns();   /* also times the job */
-    sample_now(pt, rperf__mono_ns(), native, 1, true);
+    /* The job is timed on the monotonic clock (vDSO, no system call; the
+     * job never blocks, so its duration is its CPU time but for a
+     * preemption): the thread CPU clock is a system call, read only in cpu
+     * mode, where the weight needs it. */
+    sample_now(pt, rperf__mono_ns(), native_cpu_if_needed(), 1, true);
 }
 
 /* own, GVL held: settle the caller's last partial interval at stop/snapshot
