@@ -45,6 +45,27 @@ class TestGC < Test::Unit::TestCase
     end
   end
 
+  def test_gc_time_of_short_steps_is_kept
+    # Lazy sweeping runs many GC steps shorter than a quarter interval; their
+    # time waits for a sample (or an exiting thread) to ride on. None of it
+    # may be lost: the profile's GC time matches Ruby's own GC clock.
+    each_combo do |backend, mode|
+      next unless mode == :cpu # GC.stat(:time) is process CPU time
+
+      t0 = GC.stat(:time)
+      result = Rperf.start(frequency: 1000, mode: mode, backend: backend) do
+        Thread.new { rperf_alloc_work(0.3) }.join
+      end
+      ruby_gc = (GC.stat(:time) - t0) * 1_000_000
+      gc = rperf_samples_with_leaf(result, GC_MARKING).sum { |s| s[1] } +
+           rperf_samples_with_leaf(result, GC_SWEEPING).sum { |s| s[1] }
+      ctx = "profile #{gc} ns vs GC.stat #{ruby_gc} ns (#{backend}/#{mode})"
+      assert_operator(ruby_gc, :>, 0, ctx)
+      assert_operator(gc, :>=, ruby_gc * 0.5, ctx)
+      assert_operator(gc, :<=, ruby_gc * 2 + 2_000_000, ctx)
+    end
+  end
+
   def test_gc_stress_does_not_crash
     script = <<~'RUBY'
       RPERF_BACKENDS.each do |backend|
