@@ -26,6 +26,7 @@ static void fork_child(void)
 {
     rperf__worker_fork_child();
     rperf__pages_fork_child();
+    rperf__nt()->tid = 0;            /* this thread's tid in the child is new */
     int was = atomic_exchange(&rperf__engine.running, 0);
     atomic_store(&rperf__engine.inflight, 0);
     if (was && rperf__engine.cfg.backend && rperf__engine.cfg.backend->after_fork_child)

@@ -3,7 +3,9 @@
  * a real child process: the worker is parked with every ring drained when
  * fork() happens (so the child never inherits a half-replaced aggregation
  * table or archive), the parent keeps profiling, and the child resets and
- * runs a profile of its own. Also: a fork child's thread tokens are stale.
+ * runs a profile of its own. Also: a fork child's thread tokens are stale,
+ * and its thread's cached native tid is its own (a single-threaded child's
+ * tid is its pid).
  * Context: a plain C program (no Ruby); the test thread plays the Ruby
  * threads' "own" context, the engine's worker runs for real. Not run under
  * TSan (fork with live threads is outside what TSan models).
@@ -28,6 +30,7 @@ static int child_checks(rperf_thread_t *pt, uintptr_t token)
     if (rperf_engine_running()) bad |= 2;           /* the child starts stopped */
     if (!rperf_engine_needs_fork_reset()) bad |= 4;
     if (rperf_thread_from_token(token) != NULL) bad |= 8;   /* stale in the child */
+    if (rperf_native_tid() != (int32_t)getpid()) bad |= 64; /* the child's own tid */
     rperf_engine_fork_reset();
     rperf_thread_t *me = start_wall();
     if (!me) return bad | 16;
