@@ -234,16 +234,8 @@ static bool holder_ran(int i)
  * either. Unknown (the file cannot be read): false. */
 static bool blocked_now(int32_t tid)
 {
-    char path[64], buf[256];
-    snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return false;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0) return false;
-    buf[n] = '\0';
-    const char *paren = strrchr(buf, ')');   /* "tid (comm) S ..." */
-    return paren && paren[1] == ' ' && (paren[2] == 'S' || paren[2] == 'D');
+    char st = rperf_task_state((pid_t)tid);
+    return st == 'S' || st == 'D';
 }
 
 /* Timer thread: the tick signal to a holder that ran during the last

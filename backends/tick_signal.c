@@ -16,8 +16,9 @@
  *
  * Contexts: on_signal is a signal handler (async-signal-safe only: TLS
  * reads, atomics, the engine's tick/register, errno saved); install,
- * restore and bootstrap run with the GVL held; send runs on a backend
- * thread; after_fork inside fork() in the child.
+ * restore and bootstrap run with the GVL held; send and rperf_task_state
+ * run on a backend thread (or in bootstrap); after_fork inside fork() in
+ * the child.
  *
  * Restore: the action is first set to SIG_IGN, which discards instances
  * still pending on any thread (POSIX sigaction()), and only then is the
@@ -29,6 +30,7 @@
 #include "rperf_core.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <stdbool.h>
 #include <errno.h>
 #include <signal.h>
@@ -107,22 +109,25 @@ int rperf_tick_signal_send(pid_t tid)
     return (int)syscall(SYS_tgkill, (pid_t)getpid(), tid, signo);
 }
 
-/* Is task `tid` runnable (state R in /proc/self/task/<tid>/stat)? A thread
- * that holds a GVL and runs Ruby code is; a sleeping one (Ruby's timer
- * thread in epoll_wait, idle M:N native threads, threads blocked outside
- * the GVL) is not and will see RESUMED before it runs Ruby code again. */
-static bool task_runnable(long tid)
+char rperf_task_state(pid_t tid)
 {
-    char path[64], buf[512];
-    snprintf(path, sizeof(path), "/proc/self/task/%ld/stat", tid);
-    FILE *f = fopen(path, "re");
-    if (!f) return false;
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 0;
     buf[n] = '\0';
-    const char *paren = strrchr(buf, ')');   /* the name may contain spaces */
-    return paren && paren[1] == ' ' && paren[2] == 'R';
+    const char *paren = strrchr(buf, ')');   /* "tid (comm) S ...": comm may hold spaces */
+    return paren && paren[1] == ' ' ? paren[2] : 0;
 }
+
+/* Is task `tid` runnable (state R)? A thread that holds a GVL and runs Ruby
+ * code is; a sleeping one (Ruby's timer thread in epoll_wait, idle M:N
+ * native threads, threads blocked outside the GVL) is not and will see
+ * RESUMED before it runs Ruby code again. */
+static bool task_runnable(long tid) { return rperf_task_state((pid_t)tid) == 'R'; }
 
 void rperf_tick_signal_bootstrap(void)
 {

@@ -23,5 +23,8 @@ int rperf_tick_signal_number(void);
 void rperf_tick_signal_bootstrap(void);
 /* no GVL: deliver one tick to native thread `tid` of this process. */
 int rperf_tick_signal_send(pid_t tid);
+/* no GVL, no allocation: the kernel's state letter of task `tid` of this
+ * process (R, S, D, ... from /proc/self/task/<tid>/stat), 0 if unknown. */
+char rperf_task_state(pid_t tid);
 
 #endif
