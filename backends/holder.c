@@ -4,7 +4,8 @@
  * deadline missed by more than a period is counted in timer_overruns and
  * skipped) delivers every tick to the thread that holds the GVL, in every
  * Ractor. The timer interrupt and the thread wake-up land on this thread,
- * not on the application's; a GVL switch costs two plain atomic stores.
+ * not on the application's; a GVL switch writes its own slot (one cache
+ * line) and, when the holder changed native thread, main_holder.
  *
  * Who holds a GVL: a table of slots, one per native thread that ran Ruby
  * code during the run (claimed at its first RESUMED, freed when the native
@@ -74,17 +75,24 @@
 
 enum { HOLDS_NOTHING = 0, HOLDS_MAIN = 1, HOLDS_OTHER = 2 };
 
+/* One cache line per slot: a switch writes only its own slot's line (and
+ * main_holder's, when the main Ractor's holder changes native thread). */
 typedef struct holder_slot {
-    _Atomic int32_t tid;          /* native thread; 0 = free slot */
+    _Alignas(64) _Atomic int32_t tid;   /* native thread; 0 = free slot */
     _Atomic int holds;            /* HOLDS_* */
     _Atomic int64_t since;        /* CLOCK_MONOTONIC at its last RESUMED */
 } holder_slot_t;
 
 static holder_slot_t table[MAX_SLOTS];
 static _Atomic int used;          /* table[0..used) may be claimed */
-static _Atomic int main_holder = -1;   /* slot holding the main Ractor's GVL */
 static _Atomic int other_holders;      /* slots in HOLDS_OTHER */
 static _Atomic uint64_t epoch = 1;     /* bumped per run: stale TLS indices */
+/* The slot that last became the main Ractor's holder (-1: none); it holds
+ * the GVL while its slot says HOLDS_MAIN. SUSPENDED leaves it alone. On a
+ * line of its own, away from what every switch reads. */
+static struct {
+    _Alignas(64) _Atomic int slot;
+} main_holder = { -1 };
 
 typedef struct my_slot {
     int index;                    /* -1: none */
@@ -114,11 +122,8 @@ static void set_holds(int i, int holds)
         atomic_fetch_sub_explicit(&other_holders, 1, memory_order_relaxed);
     else if (was != HOLDS_OTHER && holds == HOLDS_OTHER)
         atomic_fetch_add_explicit(&other_holders, 1, memory_order_relaxed);
-    if (was == HOLDS_MAIN && holds != HOLDS_MAIN) {
-        int expect = i;
-        atomic_compare_exchange_strong(&main_holder, &expect, -1);
-    }
-    if (holds == HOLDS_MAIN) atomic_store_explicit(&main_holder, i, memory_order_release);
+    if (holds == HOLDS_MAIN && atomic_load_explicit(&main_holder.slot, memory_order_relaxed) != i)
+        atomic_store_explicit(&main_holder.slot, i, memory_order_release);
 }
 
 static bool have_slot(void)
@@ -183,15 +188,19 @@ static void holder_suspended(void)
     if (have_slot()) set_holds(mine.index, HOLDS_NOTHING);
 }
 
+/* Slots at or past `used` were never claimed since the last clear (all
+ * zero): only the used prefix is cleared, so the table's untouched pages
+ * (64 bytes a slot) stay unmapped. */
 static void clear_table(void)
 {
     atomic_fetch_add(&epoch, 1);
-    for (int i = 0; i < MAX_SLOTS; i++) {
+    int n = atomic_load(&used);
+    for (int i = 0; i < n; i++) {
         atomic_store(&table[i].holds, HOLDS_NOTHING);
         atomic_store(&table[i].tid, 0);
     }
     atomic_store(&used, 0);
-    atomic_store(&main_holder, -1);
+    atomic_store(&main_holder.slot, -1);
     atomic_store(&other_holders, 0);
 }
 
@@ -259,8 +268,8 @@ static int pen_streak, pen_left;
 
 static void deliver(int64_t now)
 {
-    int m = atomic_load_explicit(&main_holder, memory_order_acquire);
-    if (m >= 0) {
+    int m = atomic_load_explicit(&main_holder.slot, memory_order_acquire);
+    if (m >= 0 && atomic_load_explicit(&table[m].holds, memory_order_acquire) == HOLDS_MAIN) {
         /* Self-check: a direct trigger that no job has consumed by the next
          * tick, while the holder kept running, went to a thread that does
          * not run (running_ec naming another thread: a holder attached

@@ -60,6 +60,7 @@ typedef struct rperf_nt {
     uint64_t run_id;         /* run in which cur was set (stale otherwise) */
     uint64_t switches;       /* RESUMED count on this native thread */
     int32_t tid;
+    uint32_t stripe;         /* 1 + its quiescence stripe (engine.c); 0: none yet */
 } rperf_nt_t;
 
 rperf_nt_t *rperf__nt(void);
@@ -216,17 +217,20 @@ void rperf__worker_fork_child(void);
 
 /* ---- engine globals (engine.c) ------------------------------------------ */
 
+/* Read on every hook event, written only at start/stop/fork: kept apart
+ * from the counters written per tick and per thread (the _Alignas member
+ * below starts a new cache line), so GVL switches on other CPUs do not
+ * miss on it. Jobs and hooks in flight are counted per stripe (engine.c). */
 typedef struct rperf_engine {
     rperf_host_t host;
     rperf_config_t cfg;
     _Atomic int running;
-    _Atomic int inflight;               /* jobs/hooks inside enter/leave */
     _Atomic int has_results;
     _Atomic int fork_reset_needed;
     uint64_t run_id;
     int64_t interval_ns;
 
-    _Atomic uint64_t trigger_count;
+    _Alignas(64) _Atomic uint64_t trigger_count;
     _Atomic uint64_t outstanding;      /* ticks not yet consumed by a job */
     _Atomic uint64_t sampling_count;
     _Atomic uint64_t sampling_time_ns;

@@ -17,6 +17,34 @@
 
 rperf_engine_t rperf__engine;
 
+/* Jobs, hooks and label calls inside enter/leave, counted per stripe: a
+ * native thread keeps to one stripe (its first enter picks the next in
+ * turn), so a GVL switch does its two read-modify-writes on a cache line
+ * of its own instead of one every CPU shares (measured: a shared counter
+ * costs ~1 us per GVL switch on 2 vCPUs). enter and leave of one section
+ * run on the same native thread: nothing between them switches the GVL.
+ * halt waits until every stripe is zero. */
+#define STRIPES 64
+typedef struct stripe {
+    _Alignas(64) _Atomic int n;
+} stripe_t;
+static stripe_t stripes[STRIPES];
+static _Atomic uint32_t next_stripe;
+
+static _Atomic int *my_stripe(void)
+{
+    rperf_nt_t *nt = rperf__nt();
+    if (!nt->stripe)
+        nt->stripe = atomic_fetch_add_explicit(&next_stripe, 1, memory_order_relaxed) % STRIPES + 1;
+    return &stripes[nt->stripe - 1].n;
+}
+
+static void wait_quiescent(void)
+{
+    for (int i = 0; i < STRIPES; i++)
+        while (atomic_load(&stripes[i].n) > 0) sched_yield();
+}
+
 static void fork_prepare(void) { rperf__worker_fork_prepare(); }
 static void fork_parent(void) { rperf__worker_fork_parent(); }
 
@@ -28,7 +56,7 @@ static void fork_child(void)
     rperf__pages_fork_child();
     rperf__nt()->tid = 0;            /* this thread's tid in the child is new */
     int was = atomic_exchange(&rperf__engine.running, 0);
-    atomic_store(&rperf__engine.inflight, 0);
+    for (int i = 0; i < STRIPES; i++) atomic_store(&stripes[i].n, 0);
     if (was && rperf__engine.cfg.backend && rperf__engine.cfg.backend->after_fork_child)
         rperf__engine.cfg.backend->after_fork_child();
     if (was || atomic_load(&rperf__engine.has_results))
@@ -49,17 +77,20 @@ bool rperf_engine_has_results(void) { return atomic_load(&rperf__engine.has_resu
 const rperf_config_t *rperf_engine_config(void) { return &rperf__engine.cfg; }
 bool rperf_engine_needs_fork_reset(void) { return atomic_load(&rperf__engine.fork_reset_needed) != 0; }
 
+/* Sequentially consistent on both sides (halt stores running, then reads
+ * the stripes): either enter sees running off, or halt sees its count. */
 bool rperf_engine_enter(void)
 {
-    atomic_fetch_add(&rperf__engine.inflight, 1);
+    _Atomic int *n = my_stripe();
+    atomic_fetch_add(n, 1);
     if (!atomic_load(&rperf__engine.running)) {
-        atomic_fetch_sub(&rperf__engine.inflight, 1);
+        atomic_fetch_sub(n, 1);
         return false;
     }
     return true;
 }
 
-void rperf_engine_leave(void) { atomic_fetch_sub(&rperf__engine.inflight, 1); }
+void rperf_engine_leave(void) { atomic_fetch_sub(my_stripe(), 1); }
 
 void rperf_engine_tick_sigsafe(void)
 {
@@ -150,7 +181,7 @@ int rperf_engine_start(const rperf_config_t *cfg, rperf_thread_t **caller,
                                   .bootstrap = cfg->bootstrap };
     if (cfg->backend->start(&bc, err, errlen) < 0) {
         atomic_store(&rperf__engine.running, 0);
-        while (atomic_load(&rperf__engine.inflight) > 0) sched_yield();
+        wait_quiescent();
         rperf__worker_stop();
         free_run();
         return -1;
@@ -170,7 +201,7 @@ int rperf_engine_start(const rperf_config_t *cfg, rperf_thread_t **caller,
 static void halt(void)
 {
     atomic_store(&rperf__engine.running, 0);
-    while (atomic_load(&rperf__engine.inflight) > 0) sched_yield();
+    wait_quiescent();
     rperf__engine.cfg.backend->stop();
     rperf__worker_stop();
     atomic_store(&rperf__engine.has_results, 1);
