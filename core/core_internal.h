@@ -95,7 +95,8 @@ struct rperf_thread {
     /* ring: producer = the thread itself, consumer = the worker. A chain of
      * segments (ring.c): the producer writes the last, the consumer drains
      * the first; a full segment is followed by one 4x larger. */
-    struct rperf_ring_seg *prod;            /* producer only */
+    struct rperf_ring_seg *prod;            /* producer only; NULL until the first push */
+    uint32_t ring_slots0;                   /* size of the first segment, in words */
     struct rperf_ring_seg *_Atomic cons;    /* consumer writes, marker reads */
     _Atomic uint64_t dropped;
 

@@ -59,13 +59,27 @@ static void seg_free_cb(ck_epoch_entry_t *e)
     seg_free((rperf_ring_seg_t *)((char *)e - offsetof(rperf_ring_seg_t, epoch_entry)));
 }
 
+/* No memory yet: the first push maps the first segment. A thread that never
+ * records a sample (a short-lived thread that got no tick and never waited
+ * long for the GVL) costs no ring at all, which keeps thread churn (a thread
+ * per connection) off mmap/munmap and fresh page faults. */
 int rperf__ring_init(rperf_thread_t *pt, uint32_t slots)
 {
-    rperf_ring_seg_t *seg = seg_new(slots);
-    if (!seg) return -1;
+    pt->ring_slots0 = slots;
+    pt->prod = NULL;
+    atomic_store_explicit(&pt->cons, NULL, memory_order_relaxed);
+    return 0;
+}
+
+/* own: the first segment, published to the consumer and the marker
+ * (release: its initialised ring before the pointer). NULL: out of memory. */
+static rperf_ring_seg_t *ring_first(rperf_thread_t *pt)
+{
+    rperf_ring_seg_t *seg = seg_new(pt->ring_slots0);
+    if (!seg) return NULL;
     pt->prod = seg;
     atomic_store_explicit(&pt->cons, seg, memory_order_release);
-    return 0;
+    return seg;
 }
 
 /* The thread is unreachable (no producer, consumer or marker left). */
@@ -104,7 +118,7 @@ static rperf_ring_seg_t *ring_grow(rperf_thread_t *pt, unsigned need)
  * Out of memory: keep writing to the large one. */
 static rperf_ring_seg_t *ring_shrink(rperf_thread_t *pt)
 {
-    rperf_ring_seg_t *seg = seg_new(rperf__engine.cfg.ring_slots);
+    rperf_ring_seg_t *seg = seg_new(pt->ring_slots0);
     if (!seg) return pt->prod;
     atomic_store_explicit(&pt->prod->next, seg, memory_order_release);
     pt->prod = seg;
@@ -116,9 +130,13 @@ bool rperf__ring_push(rperf_thread_t *pt, rperf_sample_type_t type, int64_t weig
                       int64_t mono_ns, const rperf_frame_t *frames, int depth)
 {
     rperf_ring_seg_t *seg = pt->prod;
+    if (!seg && !(seg = ring_first(pt))) {
+        atomic_fetch_add_explicit(&pt->dropped, 1, memory_order_relaxed);
+        return false;
+    }
     unsigned used = ck_ring_size(&seg->ring);
     unsigned need = 3u + (unsigned)depth;
-    uint32_t initial = rperf__engine.cfg.ring_slots;
+    uint32_t initial = pt->ring_slots0;
     /* shrink once the consumer works on this segment (older ones drained) */
     if (seg->slots > initial && used + need <= initial / 4 &&
         atomic_load_explicit(&pt->cons, memory_order_relaxed) == seg) {
@@ -169,7 +187,8 @@ size_t rperf__ring_drain(rperf_thread_t *pt, rperf_drain_sink sink, void *ctx)
 {
     uint32_t ids[RPERF_MAX_DEPTH];
     size_t n = 0;
-    rperf_ring_seg_t *seg = atomic_load_explicit(&pt->cons, memory_order_relaxed);
+    /* acquire: the producer publishes its first segment here */
+    rperf_ring_seg_t *seg = atomic_load_explicit(&pt->cons, memory_order_acquire);
     if (!seg) return 0;
     for (;;) {
         if (!pt->c_have_hdr) {
@@ -209,7 +228,8 @@ size_t rperf__ring_drain(rperf_thread_t *pt, rperf_drain_sink sink, void *ctx)
 
 bool rperf__ring_idle(rperf_thread_t *pt)
 {
-    rperf_ring_seg_t *seg = atomic_load_explicit(&pt->cons, memory_order_relaxed);
+    rperf_ring_seg_t *seg = atomic_load_explicit(&pt->cons, memory_order_acquire);
+    if (!seg) return true;                   /* never recorded anything */
     return !pt->c_have_hdr && ck_ring_size(&seg->ring) == 0 &&
            atomic_load_explicit(&seg->next, memory_order_acquire) == NULL;
 }

@@ -301,6 +301,36 @@ RPERF_TEST(freed_ring_blocks_are_reused_and_released)
     RPERF_CHECK_EQ(rperf_engine_memory_bytes(), base);
 }
 
+/* A thread that never records a sample (thread churn: most threads of a
+ * thread-per-connection server live shorter than a tick) costs no ring
+ * memory; its first sample maps the first segment of the size given. */
+RPERF_TEST(ring_memory_comes_with_the_first_sample)
+{
+    setup();
+    rperf__pages_release_cache();
+    size_t base = rperf_engine_memory_bytes();
+    rperf_thread_t *pt = rperf__calloc(1, sizeof(*pt));
+    RPERF_CHECK(pt != NULL);
+    size_t with_thread = rperf_engine_memory_bytes();
+    RPERF_CHECK_EQ(rperf__ring_init(pt, 1024), 0);
+    RPERF_CHECK_EQ(rperf_engine_memory_bytes(), with_thread);   /* nothing mapped */
+    collected_t c = { 0 };
+    RPERF_CHECK(rperf__ring_idle(pt));
+    RPERF_CHECK_EQ(rperf__ring_drain(pt, collect, &c), 0);
+    rperf_frame_t frames[3] = { fake_frame(1), fake_frame(2), fake_frame(3) };
+    RPERF_CHECK(rperf__ring_push(pt, RPERF_SAMPLE_NORMAL, 42, 1, frames, 3));
+    RPERF_CHECK(rperf_engine_memory_bytes() >= with_thread + 1024 * sizeof(ck_ring_buffer_t));
+    RPERF_CHECK_EQ(pt->prod->slots, 1024);
+    RPERF_CHECK(!rperf__ring_idle(pt));
+    RPERF_CHECK_EQ(rperf__ring_drain(pt, collect, &c), 1);
+    RPERF_CHECK_EQ(c.last.weight, 42);
+    RPERF_CHECK(rperf__ring_idle(pt));
+    rperf__thread_destroy(pt);
+    rperf__pages_release_cache();
+    RPERF_CHECK_EQ(rperf_engine_memory_bytes(), base);
+    rperf__frames_destroy();
+}
+
 static bool low_frames_are_old(rperf_frame_t v) { return v < fake_frame(5); }
 
 RPERF_TEST(minor_marking_skips_old_frames_and_clear_unpins_all)
@@ -350,5 +380,6 @@ int main(void)
                      RPERF_CASE(synthetic_frames_go_to_the_leaf),
                      RPERF_CASE(ring_shrinks_back_after_a_burst),
                      RPERF_CASE(freed_ring_blocks_are_reused_and_released),
+                     RPERF_CASE(ring_memory_comes_with_the_first_sample),
                      RPERF_CASE(minor_marking_skips_old_frames_and_clear_unpins_all));
 }
