@@ -31,6 +31,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <time.h>
 
 #define NSEC 1000000000LL
@@ -53,6 +54,7 @@ static int64_t mono_ns(void)
 static void *tick_main(void *arg)
 {
     (void)arg;
+    prctl(PR_SET_NAME, "rperf-timer", 0, 0, 0);   /* for top -H, ps -L, gdb */
     int64_t deadline = mono_ns() + period;
     sem_post(&up);
     while (atomic_load(&running)) {

@@ -173,4 +173,27 @@ class TestLifecycle < Test::Unit::TestCase
     assert_child_ok(run)
     assert_equal({ "runs" => 60, "dup" => 0 }, run.report)
   end
+
+  # The profiler's own threads are named (top -H, ps -L and gdb show their
+  # CPU apart from the application's) and are gone after stop: a stopped
+  # profiler leaves no thread behind in the host, whatever the backend.
+  def test_profiler_threads_are_named_and_gone_after_stop
+    run = run_child(<<~RUBY)
+      names = -> { Dir["/proc/self/task/*/comm"].map { |f| File.read(f).chomp rescue nil }.compact.sort }
+      before = names.()
+      out = {}
+      %i[holder signal nanosleep].each do |b|
+        Rperf.start(frequency: 1000, backend: b, mode: :wall)
+        during = names.() - before
+        Rperf.stop
+        out[b.to_s] = { "during" => during.uniq.sort, "after" => names.() - before }
+      end
+      child_report(out)
+    RUBY
+    assert_child_ok(run)
+    assert_equal({ "holder" => { "during" => %w[rperf-timer rperf-worker], "after" => [] },
+                   "signal" => { "during" => %w[rperf-worker], "after" => [] },
+                   "nanosleep" => { "during" => %w[rperf-timer rperf-worker], "after" => [] } },
+                 run.report)
+  end
 end
