@@ -68,13 +68,10 @@ rperf_nt_t *rperf__nt(void);
 /* ---- per-Ruby-thread state ---------------------------------------------- */
 
 struct rperf_thread {
-    /* identity */
-    uint32_t seq;
-    _Atomic uint32_t label_set_id;
-    int32_t native_tid;
-    uint64_t run_id;
-
-    /* clocks: written only by the thread itself (own context) */
+    /* Touched by the thread's own GVL events (RESUMED/SUSPENDED, and READY
+     * from the waking thread): kept together at the start, in two cache
+     * lines, because a thread that moved to another CPU since its last
+     * event misses on every line it touches. */
     int64_t cpu_acc;               /* on-GVL CPU ns of this Ruby thread */
     int64_t cpu_mark;              /* native CPU clock at RESUMED, -1 off-GVL */
     int64_t last_cpu;              /* cpu_acc-based time at the last sample */
@@ -84,29 +81,34 @@ struct rperf_thread {
     uint64_t susp_switches;        /* nt->switches at SUSPENDED */
     rperf_nt_t *susp_nt;           /* native thread at SUSPENDED */
     _Atomic int64_t ready_wall;    /* READY (any thread) */
-    int fresh;                     /* created, not yet run (own, then cleared) */
     /* wall mode: [GVL blocked] / [GVL wait] time not yet recorded (short
      * intervals wait for a sample to ride on, see thread_state.c) */
     int64_t pend_blocked;
     int64_t pend_wait;
-    int64_t gc_enter_wall;
-    int64_t gc_enter_cpu;
-
+    _Atomic uint32_t ractor_id;    /* Ruby's Ractor id, 0 = not known yet */
+    _Atomic uint32_t label_set_id;
+    int32_t native_tid;
+    int fresh;                     /* created, not yet run (own, then cleared) */
     /* ring: producer = the thread itself, consumer = the worker. A chain of
      * segments (ring.c): the producer writes the last, the consumer drains
      * the first; a full segment is followed by one 4x larger. */
     struct rperf_ring_seg *prod;            /* producer only; NULL until the first push */
     uint32_t ring_slots0;                   /* size of the first segment, in words */
-    struct rperf_ring_seg *_Atomic cons;    /* consumer writes, marker reads */
-    _Atomic uint64_t dropped;
 
-    /* consumer-side partial state (worker only) */
-    uintptr_t c_hdr[3];
+    /* identity */
+    uint32_t seq;
+    uint64_t run_id;
+    int64_t gc_enter_wall;
+    int64_t gc_enter_cpu;
+
+    /* ring, consumer side: the worker writes these, the marker reads cons */
+    struct rperf_ring_seg *_Atomic cons;
+    _Atomic uint64_t dropped;
+    uintptr_t c_hdr[3];            /* partial state (worker only) */
     int c_have_hdr;
 
     /* identity: written by the thread itself (host, GVL held), read by
      * results; the name is a seqlock (odd name_seq = being written) */
-    _Atomic uint32_t ractor_id;    /* Ruby's Ractor id, 0 = not known yet */
     _Atomic uint32_t name_seq;
     _Atomic char name[RPERF_THREAD_NAME_MAX];
     uint32_t name_checks;

@@ -165,7 +165,7 @@ static void set_current(rperf_thread_t *pt)
     rperf_native_tid();
     nt->cur = pt;
     nt->run_id = rperf__engine.run_id;
-    pt->native_tid = nt->tid;
+    if (pt->native_tid != nt->tid) pt->native_tid = nt->tid;
 }
 
 void rperf_thread_attach_current(rperf_thread_t *pt)
