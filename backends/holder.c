@@ -105,13 +105,6 @@ static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 static _Atomic int running;
 static bool mn_main;              /* RUBY_MN_THREADS: main Ractor is M:N */
 
-static int64_t mono_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * NSEC + t.tv_nsec;
-}
-
 /* ---- the holder table (own context: thread hooks and the job) ---------------- */
 
 /* Leave the slot's HOLDS_* state, keeping main_holder / other_holders right. */
@@ -179,7 +172,7 @@ static void mark_holder(int64_t since, bool keep_since)
     set_holds(i, holds);
 }
 
-static void holder_resumed(void) { mark_holder(mono_ns(), false); }
+static void holder_resumed(void) { mark_holder(rperf_resumed_mono(), false); }
 static void holder_attached(void) { mark_holder(0, false); }
 static void holder_identified(void) { mark_holder(0, true); }
 

@@ -59,6 +59,7 @@ typedef struct rperf_nt {
     rperf_thread_t *cur;     /* Ruby thread running here, or NULL */
     uint64_t run_id;         /* run in which cur was set (stale otherwise) */
     uint64_t switches;       /* RESUMED count on this native thread */
+    int64_t resumed_mono;    /* CLOCK_MONOTONIC at its last RESUMED */
     int32_t tid;
     uint32_t stripe;         /* 1 + its quiescence stripe (engine.c); 0: none yet */
 } rperf_nt_t;

@@ -173,6 +173,9 @@ rperf_thread_t *rperf_current_thread_sigsafe(void);
 /* The calling native thread's kernel tid, read once per native thread (any
  * context: gettid is async-signal-safe). */
 int32_t rperf_native_tid(void);
+/* own, inside a backend's thread_resumed: the CLOCK_MONOTONIC time the
+ * engine took for this RESUMED (one clock read per event, not two). */
+int64_t rperf_resumed_mono(void);
 
 /* own, GVL held: the thread's identity, set by the host from the thread
  * itself. set_ractor tells the backend (thread_identified). wants_name is

@@ -152,6 +152,8 @@ static int64_t ruby_cpu_now(rperf_thread_t *pt, int64_t native)
 
 /* Any context (gettid is async-signal-safe): the calling native thread's
  * kernel thread id, read once per native thread. */
+int64_t rperf_resumed_mono(void) { return nt_tls.resumed_mono; }
+
 int32_t rperf_native_tid(void)
 {
     rperf_nt_t *nt = &nt_tls;
@@ -266,6 +268,7 @@ void rperf_ev_resumed(rperf_thread_t *pt)
     rperf_nt_t *nt = &nt_tls;
     nt->switches++;
     int64_t mono = rperf__mono_ns();
+    nt->resumed_mono = mono;
     bool same_nt = pt->susp_nt == nt && pt->susp_switches + 1 == nt->switches;
     /* cpu mode, back on the native thread it left with nothing else run
      * there, after less wall time than a sample is worth: its CPU time
@@ -289,7 +292,11 @@ void rperf_ev_resumed(rperf_thread_t *pt)
     } else if (wall_mode()) {
         if (pt->susp_wall > 0) {
             int64_t susp = pt->susp_wall;
-            int64_t ready = atomic_exchange_explicit(&pt->ready_wall, 0, memory_order_relaxed);
+            /* READY came before this RESUMED, and the next one comes only
+             * after the next SUSPENDED: a plain read and clear suffice (no
+             * locked instruction inside the scheduler's lock). */
+            int64_t ready = atomic_load_explicit(&pt->ready_wall, memory_order_relaxed);
+            atomic_store_explicit(&pt->ready_wall, 0, memory_order_relaxed);
             if (ready < susp || ready > mono) ready = 0;
             int64_t blocked = (ready ? ready : mono) - susp;
             int64_t wait = ready ? mono - ready : 0;
