@@ -20,10 +20,10 @@ rperf_engine_t rperf__engine;
 /* Jobs, hooks and label calls inside enter/leave, counted per stripe: a
  * native thread keeps to one stripe (its first enter picks the next in
  * turn), so a GVL switch does its two read-modify-writes on a cache line
- * of its own instead of one every CPU shares (measured: a shared counter
- * costs ~1 us per GVL switch on 2 vCPUs). enter and leave of one section
- * run on the same native thread: nothing between them switches the GVL.
- * halt waits until every stripe is zero. */
+ * of its own instead of one that every CPU writes (on 2 vCPUs the
+ * difference is within the noise; the point is Ractors on many cores).
+ * enter and leave of one section run on the same native thread: nothing
+ * between them switches the GVL. halt waits until every stripe is zero. */
 #define STRIPES 64
 typedef struct stripe {
     _Alignas(64) _Atomic int n;
