@@ -150,10 +150,12 @@ static int64_t ruby_cpu_now(rperf_thread_t *pt, int64_t native)
     return pt->cpu_acc + (pt->cpu_mark >= 0 ? native - pt->cpu_mark : 0);
 }
 
-/* Any context (gettid is async-signal-safe): the calling native thread's
- * kernel thread id, read once per native thread. */
+/* own, inside a backend's thread_resumed: the engine's clock reading of
+ * this RESUMED (set by rperf_ev_resumed just before it calls the backend). */
 int64_t rperf_resumed_mono(void) { return nt_tls.resumed_mono; }
 
+/* Any context (gettid is async-signal-safe): the calling native thread's
+ * kernel thread id, read once per native thread. */
 int32_t rperf_native_tid(void)
 {
     rperf_nt_t *nt = &nt_tls;
