@@ -15,7 +15,6 @@
 
 #include <errno.h>
 #include <string.h>
-#include <sys/prctl.h>
 
 #define RPERF_WORKER_PERIOD_MS 50
 
@@ -74,9 +73,6 @@ static void deadline_in(struct timespec *ts, long ms)
 static void *worker_main(void *arg)
 {
     (void)arg;
-    /* Named for top -H, ps -L and gdb: the profiler's own CPU shows apart
-     * from the application's (PR_SET_NAME names the calling thread). */
-    prctl(PR_SET_NAME, "rperf-worker", 0, 0, 0);
     pthread_mutex_lock(&mu);
     while (!stop_req) {
         if (pause_req) {
@@ -118,6 +114,11 @@ int rperf__worker_start(void)
     stop_req = pause_req = paused = 0;
     atomic_store(&wake_flag, 0);
     if (pthread_create(&thr, NULL, worker_main, NULL) != 0) return -1;
+    /* Named for top -H, ps -L and gdb, so the profiler's own CPU shows apart
+     * from the application's. Named here, by the creator, so the name is in
+     * place when start returns (the thread naming itself raced with readers
+     * of /proc right after start). */
+    pthread_setname_np(thr, "rperf-worker");
     started = 1;
     return 0;
 }
