@@ -9,7 +9,10 @@
 #   label off/on   Rperf.label(endpoint: "GET /users/:id") { } with the
 #                  profiler stopped / running (1 kHz, wall)
 #   mw off/on      Rperf::Middleware#call around an app that returns at once
-#                  (normalize + label + block), profiler stopped / running
+#                  (normalize + label + block), profiler stopped / running;
+#                  the soak's four routes, each thread's label memo hits
+#   mw 20 routes   the same over 20 routes in turn, more than the memo's 16
+#                  entries: every call misses (the worst case)
 #   nested on      Rperf.label(tenant:) { Rperf.label(endpoint:) { } } running
 #
 # Run: script/ruby bench/middleware.rb [--n=200000]
@@ -51,9 +54,11 @@ module RperfMwBench
     Rperf.start(frequency: 1000, mode: :wall)
     rows << ["label on", per_call(n, &label)]
     rows << ["mw on", per_call(n, &call)]
+    routes = Array.new(20) { |i| { "REQUEST_METHOD" => "GET", "PATH_INFO" => "/r#{i}/#{i * 7}" } }
+    rows << ["mw 20 routes", per_call(n) { |k| k.times { |i| mw.call(routes[i % 20]) } }]
     rows << ["nested on", per_call(n, &nested)]
     Rperf.stop
-    rows.each { |name, us| puts format("%-10s %7.3f µs/call", name, us) }
+    rows.each { |name, us| puts format("%-12s %7.3f µs/call", name, us) }
   end
 end
 

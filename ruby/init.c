@@ -24,4 +24,5 @@ RUBY_FUNC_EXPORTED void Init_rperf(void)
     rperf_rb_exporters_init(rperf_rb_mRperf);
     rperf_rb_decode_init(rperf_rb_mRperf);
     rperf_rb_normalize_init(rperf_rb_mRperf);
+    rperf_rb_request_label_init(rperf_rb_mRperf);
 }

@@ -1,5 +1,5 @@
 /*
- * label_memo.c — a memo of the last few Rperf.label applications of each
+ * label_memo.c — a memo of the last 16 Rperf.label applications of each
  * native thread: (table epoch, token of the thread's current set, the
  * labels given) -> token of the merged set. A server labels every request
  * with one of a few sets, and a hit skips the merge, the canonical key
@@ -18,6 +18,13 @@
  * nil, true or false, up to RPERF_MEMO_KEY_BYTES in all; anything else
  * takes the full path. Key and value bytes are read without a Ruby call.
  *
+ * The memo lives on the heap, one block per native thread that labels
+ * (~3 KiB, made at its first store, freed when the native thread exits),
+ * found through a pthread key: the extension's thread-local storage must
+ * stay small, since its initial-exec variables put all of it in the
+ * static TLS block that every later dlopen'ed library shares
+ * (docs/architecture.md, "Thread-local storage").
+ *
  * Contexts: GVL held, any Ractor. The memo is thread-local to the native
  * thread; M:N threads sharing one only meet between calls (no Ruby call
  * or interrupt check inside a lookup or a store), and every entry is
@@ -28,19 +35,44 @@
 
 #include <ruby/encoding.h>
 
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
-#define WAYS 4
+/* 16 recent applications per native thread (an app's endpoints, times the
+ * few sets a request starts from): the heads are probed first (6 cache
+ * lines), the key bytes compared only where a head matches. */
+#define WAYS 16
+
+typedef struct memo_head {
+    uint64_t cur, result;
+    uint32_t epoch, len;
+    bool used;
+} memo_head_t;
 
 typedef struct memo {
-    uint32_t epoch;
-    bool used;
-    uint64_t cur, result;
-    rperf_memo_key_t key;
+    memo_head_t heads[WAYS];
+    char keys[WAYS][RPERF_MEMO_KEY_BYTES];
+    unsigned next;
 } memo_t;
 
-static _Thread_local memo_t memo[WAYS];
-static _Thread_local unsigned memo_next;
+static pthread_key_t memo_tls;
+
+/* This native thread's memo; made on request (NULL: out of memory). */
+static memo_t *my_memo(bool create)
+{
+    memo_t *m = pthread_getspecific(memo_tls);
+    if (!m && create && (m = calloc(1, sizeof(*m))) != NULL && pthread_setspecific(memo_tls, m) != 0) {
+        free(m);
+        m = NULL;
+    }
+    return m;
+}
+
+void rperf_rb_memo_init(void)
+{
+    if (pthread_key_create(&memo_tls, free) != 0) rb_raise(rb_eLoadError, "rperf: no pthread key left");
+}
 
 static bool key_put(rperf_memo_key_t *k, const void *src, size_t n)
 {
@@ -48,6 +80,15 @@ static bool key_put(rperf_memo_key_t *k, const void *src, size_t n)
     memcpy(k->bytes + k->len, src, n);
     k->len += (uint32_t)n;
     return true;
+}
+
+/* A String value's bytes: "s", its encoding index, length and bytes. */
+static bool key_put_string(rperf_memo_key_t *m, int enc, const char *p, long n)
+{
+    uint32_t len = (uint32_t)n;
+    if ((long)len != n) return m->ok = false;
+    return key_put(m, "s", 1) && key_put(m, &enc, sizeof(enc)) && key_put(m, &len, sizeof(len)) &&
+           key_put(m, p, len);
 }
 
 /* A VALUE that names its object for the process's life: static Symbols,
@@ -64,11 +105,7 @@ static int key_i(VALUE k, VALUE v, VALUE arg)
     if (immortal(v)) {
         if (!key_put(m, "v", 1) || !key_put(m, &v, sizeof(v))) return ST_STOP;
     } else if (RB_TYPE_P(v, T_STRING)) {
-        int enc = rb_enc_get_index(v);
-        uint32_t len = (uint32_t)RSTRING_LEN(v);
-        if ((long)len != RSTRING_LEN(v) || !key_put(m, "s", 1) || !key_put(m, &enc, sizeof(enc)) ||
-            !key_put(m, &len, sizeof(len)) || !key_put(m, RSTRING_PTR(v), len))
-            return m->ok = false, ST_STOP;
+        if (!key_put_string(m, rb_enc_get_index(v), RSTRING_PTR(v), RSTRING_LEN(v))) return ST_STOP;
     } else {
         return m->ok = false, ST_STOP;
     }
@@ -82,18 +119,22 @@ void rperf_rb_memo_key(VALUE labels, rperf_memo_key_t *out)
     rb_hash_foreach(labels, key_i, (VALUE)out);
 }
 
-static bool same_key(const rperf_memo_key_t *a, const rperf_memo_key_t *b)
+void rperf_rb_memo_key_string_pair(VALUE key, int enc, const char *p, long n, rperf_memo_key_t *out)
 {
-    return a->len == b->len && memcmp(a->bytes, b->bytes, a->len) == 0;
+    out->ok = RB_STATIC_SYM_P(key);
+    out->len = 0;
+    if (out->ok && key_put(out, &key, sizeof(key))) key_put_string(out, enc, p, n);
 }
 
 bool rperf_rb_memo_find_locked(uint32_t epoch, uint64_t cur, const rperf_memo_key_t *k, uint64_t *result)
 {
-    if (!k->ok) return false;
+    memo_t *m = k->ok ? my_memo(false) : NULL;
+    if (!m) return false;
     for (unsigned i = 0; i < WAYS; i++) {
-        const memo_t *m = &memo[i];
-        if (m->used && m->epoch == epoch && m->cur == cur && same_key(&m->key, k)) {
-            *result = m->result;
+        const memo_head_t *h = &m->heads[i];
+        if (h->used && h->len == k->len && h->cur == cur && h->epoch == epoch &&
+            memcmp(m->keys[i], k->bytes, k->len) == 0) {
+            *result = h->result;
             return true;
         }
     }
@@ -102,13 +143,9 @@ bool rperf_rb_memo_find_locked(uint32_t epoch, uint64_t cur, const rperf_memo_ke
 
 void rperf_rb_memo_put_locked(uint32_t epoch, uint64_t cur, const rperf_memo_key_t *k, uint64_t result)
 {
-    if (!k->ok) return;
-    memo_t *m = &memo[memo_next++ % WAYS];
-    m->used = true;
-    m->epoch = epoch;
-    m->cur = cur;
-    m->result = result;
-    m->key.ok = true;
-    m->key.len = k->len;
-    memcpy(m->key.bytes, k->bytes, k->len);
+    memo_t *m = k->ok ? my_memo(true) : NULL;
+    if (!m) return;
+    unsigned i = m->next++ % WAYS;
+    m->heads[i] = (memo_head_t){ .cur = cur, .result = result, .epoch = epoch, .len = k->len, .used = true };
+    memcpy(m->keys[i], k->bytes, k->len);
 }

@@ -326,33 +326,50 @@ static uint64_t apply(uint64_t cur_token, VALUE labels, const rperf_memo_key_t *
     return token;
 }
 
+/* The memo's hit: reads the running thread's set, finds the result of
+ * applying mk to it and labels the thread with it, in one lock and
+ * enter/leave; *prev is then the token of the set it had. False: not in
+ * the memo (or not running), nothing changed. */
+bool rperf_rb_label_memo_relabel(const rperf_memo_key_t *mk, uint64_t *prev)
+{
+    if (!mk->ok) return false;
+    bool hit = false;
+    uint64_t cur = 0, next = 0;
+    rperf_rb_ltab_lock();
+    if (rperf_engine_enter()) {
+        rperf_thread_t *pt = rperf_rb_current_thread(true);
+        if (pt) {
+            uint32_t id = rperf_thread_label(pt);
+            cur = id ? rperf_rb_ltab_token_locked(id) : 0;
+            hit = rperf_rb_memo_find_locked(rperf_rb_ltab_epoch_locked(), cur, mk, &next);
+            if (hit) rperf_thread_set_label(pt, (uint32_t)next);
+        }
+        rperf_engine_leave();
+    }
+    rperf_rb_ltab_unlock();
+    if (hit) *prev = cur;
+    return hit;
+}
+
+/* Running: merge labels (a Hash; mk its memo key) into the running
+ * thread's set in full, recording the result in the memo when the set was
+ * known already; returns the token of the set it had. */
+uint64_t rperf_rb_label_merge(VALUE labels, const rperf_memo_key_t *mk)
+{
+    uint64_t cur = current_token();
+    set_token(apply(cur, labels, mk->ok ? mk : NULL));
+    return cur;
+}
+
 /* Running: merge labels into the running thread's set; returns the token
- * of the set it had. The memo's hit reads the current set, finds the result
- * and labels the thread in one lock and enter/leave; a miss merges in full. */
+ * of the set it had. A memo hit, else the merge in full. */
 static uint64_t relabel(VALUE labels)
 {
     rperf_memo_key_t mk;
     rperf_rb_memo_key(labels, &mk);
-    if (mk.ok) {
-        bool hit = false;
-        uint64_t cur = 0, next = 0;
-        rperf_rb_ltab_lock();
-        if (rperf_engine_enter()) {
-            rperf_thread_t *pt = rperf_rb_current_thread(true);
-            if (pt) {
-                uint32_t id = rperf_thread_label(pt);
-                cur = id ? rperf_rb_ltab_token_locked(id) : 0;
-                hit = rperf_rb_memo_find_locked(rperf_rb_ltab_epoch_locked(), cur, &mk, &next);
-                if (hit) rperf_thread_set_label(pt, (uint32_t)next);
-            }
-            rperf_engine_leave();
-        }
-        rperf_rb_ltab_unlock();
-        if (hit) return cur;
-    }
-    uint64_t cur = current_token();
-    set_token(apply(cur, labels, mk.ok ? &mk : NULL));
-    return cur;
+    uint64_t cur;
+    if (rperf_rb_label_memo_relabel(&mk, &cur)) return cur;
+    return rperf_rb_label_merge(labels, &mk);
 }
 
 /* ---- Rperf.label / Rperf.labels ------------------------------------------------ */
@@ -463,6 +480,7 @@ void rperf_rb_labels_init(VALUE m)
     rb_ractor_make_shareable(empty_set);
     rb_gc_register_mark_object(empty_set);
     rperf_rb_ltab_init();
+    rperf_rb_memo_init();
     rb_define_module_function(m, "_c_get_label", c_get_label, 0);
     rb_define_module_function(m, "_c_set_label", c_set_label, 1);
     rb_define_module_function(m, "_c_label_apply", c_label_apply, 2);

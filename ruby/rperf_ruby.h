@@ -64,5 +64,11 @@ void rperf_rb_decode_init(VALUE mRperf);
 
 /* normalize.c (Rperf._c_normalize_path, for Rperf::Middleware) */
 void rperf_rb_normalize_init(VALUE mRperf);
+/* GVL held: src[0, n] with its ids folded into out (cap bytes); the
+ * length, or -1 when it does not fit */
+long rperf_rb_normalize_bytes(const char *src, long n, char *out, long cap);
+
+/* request_label.c (Rperf._c_label_request, Rperf::Middleware's fast path) */
+void rperf_rb_request_label_init(VALUE mRperf);
 
 #endif

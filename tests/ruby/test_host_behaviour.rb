@@ -236,4 +236,32 @@ class TestHostBehaviour < Test::Unit::TestCase
     assert_match(/^after stop: SigBlk=\h+ SigIgn=\h+ SigCgt=\h+ INT=/, out)
     assert_equal([5, "before\n"], run_program("exit_bang", {}).values_at(0, 2), "no at_exit, no finalizer")
   end
+
+  # Libraries the host loads after rperf still load: the extension's
+  # thread-local block (all of it in glibc's static TLS area, shared with
+  # every later dlopen, because some of it is initial-exec) stays small.
+  # A 3 KiB memo there once made rperf itself fail to load ("cannot
+  # allocate memory in static TLS block"); docs/architecture.md.
+  def test_static_tls_block_stays_small
+    require "rperf"
+    so = $LOADED_FEATURES.find { |f| File.basename(f) == "rperf.so" }
+    assert_not_nil(so)
+    assert_operator(elf_tls_size(so), :<=, 256, "bytes of static TLS taken by #{so}")
+  end
+
+  # PT_TLS's p_memsz of a 64-bit little-endian ELF file (0: none).
+  def elf_tls_size(path)
+    File.open(path, "rb") do |f|
+      h = f.read(64)
+      assert_equal(["\x7FELF".b, 2, 1], [h[0, 4], h.getbyte(4), h.getbyte(5)], "64-bit little-endian ELF")
+      phoff = h[32, 8].unpack1("Q<")
+      phentsize, phnum = h[54, 4].unpack("S<S<")
+      phnum.times do |i|
+        f.seek(phoff + (i * phentsize))
+        ph = f.read(phentsize)
+        return ph[40, 8].unpack1("Q<") if ph[0, 4].unpack1("L<") == 7 # PT_TLS
+      end
+      0
+    end
+  end
 end

@@ -226,6 +226,57 @@ class TestMiddleware < Test::Unit::TestCase
     end
   end
 
+  # The C fast path (ruby/request_label.c) labels a request this thread
+  # labelled recently from the env's bytes; its label set must be the one
+  # the Ruby path gives, encoding included. Every pair of method and path
+  # encodings, each after every other with the same bytes: a fast path that
+  # chose another encoding would hit the other one's memo entry.
+  def test_fast_path_gives_the_ruby_paths_label
+    encs = [Encoding::UTF_8, Encoding::US_ASCII, Encoding::BINARY, Encoding::ISO_8859_1]
+    paths = ["/users/12", "/users/\xff/12".dup.force_encoding("UTF-8")]
+    combos = encs.product(encs).flat_map do |me, pe|
+      paths.map { |p| ["GET".dup.force_encoding(me), p.dup.force_encoding(pe)] }
+    end
+    %i[normalized raw].each do |label|
+      seen = []
+      mw = Rperf::Middleware.new(->(_e) { seen << Rperf.labels[:endpoint] }, label: label)
+      expected = lambda do |m, p|
+        path = label == :normalized ? Rperf::Middleware.normalize(p) : p
+        "#{m} #{path}"
+      end
+      fast = 0
+      Rperf.start(frequency: 1000, mode: :wall) do
+        combos.each do |m1, p1|
+          combos.each do |m2, p2|
+            3.times { mw.call(env(p1, m1)) }
+            fast += 1 if Rperf._c_label_request(:endpoint, env(p2, m2), label == :normalized).tap { |t| Rperf._c_set_label(t) if t }
+            seen.clear
+            mw.call(env(p2, m2))
+            want = expected.(m2, p2)
+            assert_equal([want, want.encoding], [seen[0], seen[0].encoding],
+                         "#{label}: #{[m2.encoding, p2.inspect, p2.encoding]} after #{[m1.encoding, p1.inspect, p1.encoding]}")
+          end
+        end
+      end
+      assert_operator(fast, :>, 0, "#{label}: the fast path was taken")
+    end
+  end
+
+  # Envs the fast path leaves to the Ruby path get the same labels: a
+  # default proc, a Hash subclass, a String subclass, a missing header.
+  def test_unusual_envs_are_labelled_as_before
+    seen = []
+    mw = Rperf::Middleware.new(->(_e) { seen << Rperf.labels[:endpoint] })
+    sub_hash = Class.new(Hash) { def [](k) = k == "PATH_INFO" ? "/sub/1" : super }
+    sub_str = Class.new(String) { def to_s = "/to_s/1" }
+    envs = [Hash.new { |_h, k| k == "PATH_INFO" ? "/default/12" : "PUT" },
+            sub_hash.new.merge!("REQUEST_METHOD" => "GET"),
+            { "REQUEST_METHOD" => "GET", "PATH_INFO" => sub_str.new("/x/1") },
+            { "REQUEST_METHOD" => "GET" }]
+    Rperf.start(frequency: 1000) { envs.each { |e| 3.times { mw.call(e) } } }
+    assert_equal(["PUT /default/:id"] * 3 + ["GET /sub/:id"] * 3 + ["GET /to_s/:id"] * 3 + ["GET "] * 3, seen)
+  end
+
   def test_labels_restored_and_not_running
     seen = []
     mw = Rperf::Middleware.new(app(seen))
@@ -270,7 +321,10 @@ class TestMiddleware < Test::Unit::TestCase
       rs = 2.times.map do |i|
         Ractor.new(i, shared_default, shared_route, shared_proc) do |idx, d, r, pr|
           own = Rperf::Middleware.new(->(_env) { [200, {}, [Rperf.labels]] }, label: ->(e) { "own #{e['PATH_INFO']}" })
-          [d, r, pr, own].map { |mw| mw.call("REQUEST_METHOD" => "GET", "PATH_INFO" => "/users/#{idx}/x")[2][0][:endpoint] }
+          # three calls each: the third of a built-in label takes the C fast path
+          [d, r, pr, own].map do |mw|
+            3.times.map { mw.call("REQUEST_METHOD" => "GET", "PATH_INFO" => "/users/#{idx}/x")[2][0][:endpoint] }.uniq.join("|")
+          end
         end
       end
       got = rs.map(&:take)

@@ -89,13 +89,34 @@ module Rperf
       @app = app
       @label_key = label_key
       @label = label
+      @builtin = LABELS.include?(label)
+      @normalized = label == :normalized
     end
 
+    # The request runs labelled; the thread's previous labels come back
+    # after it, also when the app raises. A request whose label this
+    # thread applied recently is labelled in C from the env's bytes
+    # (ruby/request_label.c: no String, no Hash), any other one here, with
+    # the same result.
     def call(env)
-      Rperf.label(@label_key => endpoint(env)) { @app.call(env) }
+      prev = (@builtin && Rperf._c_label_request(@label_key, env, @normalized)) || label_request(env)
+      begin
+        @app.call(env)
+      ensure
+        Rperf._c_set_label(prev)
+      end
     end
 
     private
+
+    # The full path: Rperf.label without a block (which records the set in
+    # the thread's memo for the fast path); returns the previous set's token.
+    def label_request(env)
+      value = endpoint(env)
+      prev = Rperf._c_get_label
+      Rperf.label(@label_key => value)
+      prev
+    end
 
     def endpoint(env)
       case @label
