@@ -262,6 +262,18 @@ class TestMiddleware < Test::Unit::TestCase
     end
   end
 
+  # Paths around the fast path's buffer and memo-key limits (values of
+  # ~140-170 bytes) are labelled exactly, folded or not.
+  def test_long_paths_at_the_buffer_limits
+    seen = []
+    mw = Rperf::Middleware.new(->(_e) { seen << Rperf.labels[:endpoint] })
+    raw = Rperf::Middleware.new(->(_e) { seen << Rperf.labels[:endpoint] }, label: :raw)
+    paths = (120..175).flat_map { |n| ["/" + ("a" * (n - 1)), "/#{'b' * (n - 8)}/1234567"] }
+    Rperf.start(frequency: 1000) { paths.each { |p| 3.times { mw.call(env(p)); raw.call(env(p)) } } }
+    want = paths.flat_map { |p| ["GET #{Rperf::Middleware.normalize(p)}", "GET #{p}"] * 3 }
+    assert_equal(want, seen)
+  end
+
   # Envs the fast path leaves to the Ruby path get the same labels: a
   # default proc, a Hash subclass, a String subclass, a missing header.
   def test_unusual_envs_are_labelled_as_before
