@@ -35,5 +35,10 @@ void rperf_rb_memo_put_locked(uint32_t epoch, uint64_t cur, const rperf_memo_key
  * labels.c) */
 bool rperf_rb_label_memo_relabel(const rperf_memo_key_t *mk, uint64_t *prev);
 uint64_t rperf_rb_label_merge(VALUE labels, const rperf_memo_key_t *mk);
+/* labels.c: the running thread has no labels and { key => a String of
+ * encoding index enc and bytes p[0, n] } is a set the table holds: label
+ * the thread with it and return true (its previous token is 0); else
+ * false, nothing changed. No String or Hash is made. */
+bool rperf_rb_label_known_single(VALUE key, int enc, const char *p, long n);
 
 #endif

@@ -117,14 +117,19 @@ static void put_tagged(buf_t *b, char tag, const void *src, size_t n)
     buf_put(b, src, n);
 }
 
+/* A String value's bytes: encoding index and content. */
+static void put_string_bytes(buf_t *b, int enc, const char *p, long n)
+{
+    buf_put(b, "s", 1);
+    buf_put(b, &enc, sizeof(enc));
+    put_tagged(b, ':', p, (size_t)n);
+}
+
 /* One object as bytes: the same bytes iff the same label value. */
 static void put_value(buf_t *b, VALUE v)
 {
     if (RB_TYPE_P(v, T_STRING)) {
-        int enc = rb_enc_get_index(v);
-        buf_put(b, "s", 1);
-        buf_put(b, &enc, sizeof(enc));
-        put_tagged(b, ':', RSTRING_PTR(v), (size_t)RSTRING_LEN(v));
+        put_string_bytes(b, rb_enc_get_index(v), RSTRING_PTR(v), RSTRING_LEN(v));
     } else if (RB_SYMBOL_P(v)) {
         VALUE name = rb_sym2str(v);
         put_tagged(b, 'y', RSTRING_PTR(name), (size_t)RSTRING_LEN(name));
@@ -348,6 +353,39 @@ bool rperf_rb_label_memo_relabel(const rperf_memo_key_t *mk, uint64_t *prev)
     }
     rperf_rb_ltab_unlock();
     if (hit) *prev = cur;
+    return hit;
+}
+
+bool rperf_rb_label_known_single(VALUE key, int enc, const char *p, long n)
+{
+    if (!RB_SYMBOL_P(key)) return false;
+    /* canonical_key of the one pair, as put_value writes it */
+    buf_t pair = { .p = NULL, .len = 0, .cap = sizeof(pair.inline_) };
+    pair.p = pair.inline_;
+    VALUE name = rb_sym2str(key);
+    put_tagged(&pair, 'y', RSTRING_PTR(name), (size_t)RSTRING_LEN(name));
+    put_string_bytes(&pair, enc, p, n);
+    buf_t ck = { .p = NULL, .len = 0, .cap = sizeof(ck.inline_) };
+    ck.p = ck.inline_;
+    put_tagged(&ck, 'p', pair.p, pair.len);
+    uint64_t h = rperf_rb_ltab_hash(ck.p, ck.len);
+    bool hit = false;
+    rperf_rb_ltab_lock();
+    if (rperf_engine_enter()) {
+        rperf_thread_t *pt = rperf_rb_current_thread(true);
+        if (pt && rperf_rb_ltab_token_locked(rperf_thread_label(pt)) == 0) {
+            int64_t id = rperf_rb_ltab_find_locked(ck.p, ck.len, h);
+            if (id > 0) {
+                rperf_thread_set_label(pt, (uint32_t)id);
+                hit = true;
+            }
+        }
+        rperf_engine_leave();
+    }
+    rperf_rb_ltab_unlock();
+    if (pair.p != pair.inline_) ruby_xfree(pair.p);
+    if (ck.p != ck.inline_) ruby_xfree(ck.p);
+    RB_GC_GUARD(name);
     return hit;
 }
 

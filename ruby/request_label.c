@@ -7,8 +7,12 @@
  * with a set this thread applied recently, and then pays one Hash lookup
  * per header, a byte scan and a memo probe.
  *
- * A memo miss makes the value String and the labels Hash here and merges
- * them in full (labels.c), as Rperf.label would.
+ * A memo miss on a thread with no labels yet (a fresh thread of a
+ * thread-per-connection server has no memo) looks the one-pair set up in
+ * the label table by its canonical bytes, still without a String; only a
+ * set the table does not hold, or a thread with labels, makes the value
+ * String and the labels Hash and merges them in full (labels.c), as
+ * Rperf.label would.
  *
  * Returns the token of the thread's previous set (the middleware restores
  * it after the request), 0 when the profiler is not running (nothing to
@@ -72,8 +76,8 @@ static VALUE label_request(VALUE self, VALUE key, VALUE env, VALUE normalized)
     int enc = rb_enc_get_index(m) == rb_ascii8bit_encindex() ? rb_ascii8bit_encindex() : rb_utf8_encindex();
     rperf_memo_key_t mk;
     rperf_rb_memo_key_string_pair(key, enc, v, n, &mk);
-    uint64_t prev;
-    if (!rperf_rb_label_memo_relabel(&mk, &prev)) {
+    uint64_t prev = 0;
+    if (!rperf_rb_label_memo_relabel(&mk, &prev) && !rperf_rb_label_known_single(key, enc, v, n)) {
         /* a miss: the value and the labels Hash the Ruby path would make */
         VALUE value = rb_str_freeze(rb_enc_str_new(v, n, rb_enc_from_index(enc)));
         VALUE labels = rb_hash_new_capa(1);

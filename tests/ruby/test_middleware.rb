@@ -262,6 +262,31 @@ class TestMiddleware < Test::Unit::TestCase
     end
   end
 
+  # A request whose label set exists is labelled without allocating: from
+  # the thread's memo, or, on a thread with no labels and no memo yet (a
+  # fresh thread of a thread-per-connection server), from the label table
+  # by the set's bytes.
+  def test_known_endpoint_allocates_nothing
+    mw = Rperf::Middleware.new(->(_e) { nil })
+    e = env("/users/12")
+    allocs = lambda do |n|
+      before = GC.stat(:total_allocated_objects)
+      n.times { mw.call(e) }
+      GC.stat(:total_allocated_objects) - before
+    end
+    Rperf.start(frequency: 1000) do
+      3.times { mw.call(e) }
+      allocs.(1) # warms the lambda's own call sites
+      assert_equal(0, allocs.(100), "warm thread")
+      assert_equal(0, Thread.new { allocs.(1) }.value, "fresh thread, first request")
+      assert_equal(0, Thread.new { allocs.(100) }.value, "fresh thread")
+      Rperf.label(tenant: "a") do
+        2.times { mw.call(e) } # the merged set is made, then found and memoised
+        assert_equal(0, allocs.(100), "inside an outer label, from the memo")
+      end
+    end
+  end
+
   # Paths around the fast path's buffer and memo-key limits (values of
   # ~140-170 bytes) are labelled exactly, folded or not.
   def test_long_paths_at_the_buffer_limits
