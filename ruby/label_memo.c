@@ -69,6 +69,8 @@ static memo_t *my_memo(bool create)
     return m;
 }
 
+bool rperf_rb_memo_present(void) { return pthread_getspecific(memo_tls) != NULL; }
+
 void rperf_rb_memo_init(void)
 {
     if (pthread_key_create(&memo_tls, free) != 0) rb_raise(rb_eLoadError, "rperf: no pthread key left");

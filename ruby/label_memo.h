@@ -21,6 +21,8 @@ typedef struct rperf_memo_key {
 /* at load time, GVL held */
 void rperf_rb_memo_init(void);
 void rperf_rb_memo_key(VALUE labels, rperf_memo_key_t *out);
+/* has this native thread a memo yet (one probe is pointless otherwise) */
+bool rperf_rb_memo_present(void);
 /* The key rperf_rb_memo_key gives { key => a String of encoding index
  * `enc` and bytes p[0, n] }, made from the bytes (no String needed). */
 void rperf_rb_memo_key_string_pair(VALUE key, int enc, const char *p, long n, rperf_memo_key_t *out);
@@ -31,14 +33,16 @@ bool rperf_rb_memo_find_locked(uint32_t epoch, uint64_t cur, const rperf_memo_ke
  * `epoch` */
 void rperf_rb_memo_put_locked(uint32_t epoch, uint64_t cur, const rperf_memo_key_t *k, uint64_t result);
 
-/* labels.c: label the running thread from the memo, or in full (see
+/* labels.c: merge labels into the running thread's set in full (see
  * labels.c) */
-bool rperf_rb_label_memo_relabel(const rperf_memo_key_t *mk, uint64_t *prev);
 uint64_t rperf_rb_label_merge(VALUE labels, const rperf_memo_key_t *mk);
-/* labels.c: the running thread has no labels and { key => a String of
- * encoding index enc and bytes p[0, n] } is a set the table holds: label
- * the thread with it and return true (its previous token is 0); else
- * false, nothing changed. No String or Hash is made. */
-bool rperf_rb_label_known_single(VALUE key, int enc, const char *p, long n);
+/* labels.c: Rperf::Middleware's request label { key => a String of
+ * encoding index enc and bytes p[0, n] } (mk: its memo key), applied
+ * without a String or Hash when it is known: from the thread's memo, or,
+ * for a thread with no labels, the one-pair set from the table by its
+ * bytes (then memoised). True: labelled, *prev the previous set's token;
+ * false: nothing changed. */
+bool rperf_rb_label_request_fast(const rperf_memo_key_t *mk, VALUE key, int enc, const char *p,
+                                 long n, uint64_t *prev);
 
 #endif

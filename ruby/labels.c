@@ -335,7 +335,7 @@ static uint64_t apply(uint64_t cur_token, VALUE labels, const rperf_memo_key_t *
  * applying mk to it and labels the thread with it, in one lock and
  * enter/leave; *prev is then the token of the set it had. False: not in
  * the memo (or not running), nothing changed. */
-bool rperf_rb_label_memo_relabel(const rperf_memo_key_t *mk, uint64_t *prev)
+static bool memo_relabel(const rperf_memo_key_t *mk, uint64_t *prev)
 {
     if (!mk->ok) return false;
     bool hit = false;
@@ -356,8 +356,10 @@ bool rperf_rb_label_memo_relabel(const rperf_memo_key_t *mk, uint64_t *prev)
     return hit;
 }
 
-bool rperf_rb_label_known_single(VALUE key, int enc, const char *p, long n)
+bool rperf_rb_label_request_fast(const rperf_memo_key_t *mk, VALUE key, int enc, const char *p,
+                                 long n, uint64_t *prev)
 {
+    if (rperf_rb_memo_present() && memo_relabel(mk, prev)) return true;
     if (!RB_SYMBOL_P(key)) return false;
     /* canonical_key of the one pair, as put_value writes it */
     buf_t pair = { .p = NULL, .len = 0, .cap = sizeof(pair.inline_) };
@@ -370,13 +372,18 @@ bool rperf_rb_label_known_single(VALUE key, int enc, const char *p, long n)
     put_tagged(&ck, 'p', pair.p, pair.len);
     uint64_t h = rperf_rb_ltab_hash(ck.p, ck.len);
     bool hit = false;
+    uint64_t cur = 0;
     rperf_rb_ltab_lock();
     if (rperf_engine_enter()) {
         rperf_thread_t *pt = rperf_rb_current_thread(true);
-        if (pt && rperf_rb_ltab_token_locked(rperf_thread_label(pt)) == 0) {
-            int64_t id = rperf_rb_ltab_find_locked(ck.p, ck.len, h);
-            if (id > 0) {
-                rperf_thread_set_label(pt, (uint32_t)id);
+        if (pt) {
+            uint32_t id = rperf_thread_label(pt);
+            cur = id ? rperf_rb_ltab_token_locked(id) : 0;
+            int64_t found = cur == 0 ? rperf_rb_ltab_find_locked(ck.p, ck.len, h) : -1;
+            if (found > 0) {
+                rperf_thread_set_label(pt, (uint32_t)found);
+                rperf_rb_memo_put_locked(rperf_rb_ltab_epoch_locked(), 0, mk,
+                                         rperf_rb_ltab_token_locked((uint32_t)found));
                 hit = true;
             }
         }
@@ -386,6 +393,7 @@ bool rperf_rb_label_known_single(VALUE key, int enc, const char *p, long n)
     if (pair.p != pair.inline_) ruby_xfree(pair.p);
     if (ck.p != ck.inline_) ruby_xfree(ck.p);
     RB_GC_GUARD(name);
+    if (hit) *prev = cur;
     return hit;
 }
 
@@ -406,7 +414,7 @@ static uint64_t relabel(VALUE labels)
     rperf_memo_key_t mk;
     rperf_rb_memo_key(labels, &mk);
     uint64_t cur;
-    if (rperf_rb_label_memo_relabel(&mk, &cur)) return cur;
+    if (rperf_rb_memo_present() && memo_relabel(&mk, &cur)) return cur;
     return rperf_rb_label_merge(labels, &mk);
 }
 

@@ -1,18 +1,16 @@
 /*
  * request_label.c — Rperf._c_label_request(key, env, normalized), the fast
  * path of Rperf::Middleware#call: the request's endpoint label
- * ("METHOD PATH", PATH with its ids folded when `normalized`) applied from
- * the per-thread label memo (label_memo.c) straight from the Rack env's
- * bytes, with no String, Hash or Ruby call. A server labels most requests
- * with a set this thread applied recently, and then pays one Hash lookup
- * per header, a byte scan and a memo probe.
- *
- * A memo miss on a thread with no labels yet (a fresh thread of a
- * thread-per-connection server has no memo) looks the one-pair set up in
- * the label table by its canonical bytes, still without a String; only a
- * set the table does not hold, or a thread with labels, makes the value
- * String and the labels Hash and merges them in full (labels.c), as
- * Rperf.label would.
+ * ("METHOD PATH", PATH with its ids folded when `normalized`) applied
+ * straight from the Rack env's bytes, with no String, Hash or Ruby call,
+ * when its label set is known (labels.c, rperf_rb_label_request_fast): a
+ * thread with no labels (the usual request, and every request of a fresh
+ * thread under a thread-per-connection server) takes the one-pair set from
+ * the label table by its canonical bytes; a thread inside an outer label
+ * takes the merged set from its label memo (label_memo.c). It pays one
+ * Hash lookup per header, a byte scan, a hash of ~40 bytes and one lock.
+ * A set not known yet makes the value String and the labels Hash and
+ * merges them in full, as Rperf.label would (and memoises the merge).
  *
  * Returns the token of the thread's previous set (the middleware restores
  * it after the request), 0 when the profiler is not running (nothing to
@@ -77,7 +75,7 @@ static VALUE label_request(VALUE self, VALUE key, VALUE env, VALUE normalized)
     rperf_memo_key_t mk;
     rperf_rb_memo_key_string_pair(key, enc, v, n, &mk);
     uint64_t prev = 0;
-    if (!rperf_rb_label_memo_relabel(&mk, &prev) && !rperf_rb_label_known_single(key, enc, v, n)) {
+    if (!rperf_rb_label_request_fast(&mk, key, enc, v, n, &prev)) {
         /* a miss: the value and the labels Hash the Ruby path would make */
         VALUE value = rb_str_freeze(rb_enc_str_new(v, n, rb_enc_from_index(enc)));
         VALUE labels = rb_hash_new_capa(1);
