@@ -36,11 +36,12 @@
 
 static VALUE s_method, s_path;
 
-/* A String the fast path reads as the Ruby path would: exact class, 7-bit
+/* A String the fast path reads as the Ruby path would: of class String
+ * itself (no subclass, no singleton methods such as its own to_s), 7-bit
  * bytes in one of the three encodings Rack servers use. */
 static bool plain_ascii(VALUE s)
 {
-    if (s == Qundef || !RB_TYPE_P(s, T_STRING) || rb_obj_class(s) != rb_cString) return false;
+    if (s == Qundef || !RB_TYPE_P(s, T_STRING) || RBASIC_CLASS(s) != rb_cString) return false;
     int enc = rb_enc_get_index(s);
     if (enc != rb_utf8_encindex() && enc != rb_usascii_encindex() && enc != rb_ascii8bit_encindex())
         return false;
@@ -51,7 +52,8 @@ static VALUE label_request(VALUE self, VALUE key, VALUE env, VALUE normalized)
 {
     (void)self;
     if (!rperf_engine_running()) return INT2FIX(0);
-    if (!RB_TYPE_P(env, T_HASH) || rb_obj_class(env) != rb_cHash) return Qnil;
+    /* a Hash itself: no subclass or singleton method may redefine [] */
+    if (!RB_TYPE_P(env, T_HASH) || RBASIC_CLASS(env) != rb_cHash) return Qnil;
     VALUE m = rb_hash_lookup2(env, s_method, Qundef);
     VALUE p = rb_hash_lookup2(env, s_path, Qundef);
     if (!plain_ascii(m) || !plain_ascii(p)) return Qnil;

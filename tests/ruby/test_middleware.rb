@@ -300,18 +300,26 @@ class TestMiddleware < Test::Unit::TestCase
   end
 
   # Envs the fast path leaves to the Ruby path get the same labels: a
-  # default proc, a Hash subclass, a String subclass, a missing header.
+  # default proc, a Hash subclass, a String subclass, a missing header,
+  # singleton methods on the env or the path.
   def test_unusual_envs_are_labelled_as_before
     seen = []
     mw = Rperf::Middleware.new(->(_e) { seen << Rperf.labels[:endpoint] })
     sub_hash = Class.new(Hash) { def [](k) = k == "PATH_INFO" ? "/sub/1" : super }
     sub_str = Class.new(String) { def to_s = "/to_s/1" }
+    single_hash = { "REQUEST_METHOD" => "GET", "PATH_INFO" => "/x/2" }
+    def single_hash.[](k) = k == "PATH_INFO" ? "/single/1" : super
+    single_str = +"/x/3"
+    def single_str.to_s = "/own/1"
     envs = [Hash.new { |_h, k| k == "PATH_INFO" ? "/default/12" : "PUT" },
             sub_hash.new.merge!("REQUEST_METHOD" => "GET"),
             { "REQUEST_METHOD" => "GET", "PATH_INFO" => sub_str.new("/x/1") },
-            { "REQUEST_METHOD" => "GET" }]
+            { "REQUEST_METHOD" => "GET" },
+            single_hash,
+            { "REQUEST_METHOD" => "GET", "PATH_INFO" => single_str }]
     Rperf.start(frequency: 1000) { envs.each { |e| 3.times { mw.call(e) } } }
-    assert_equal(["PUT /default/:id"] * 3 + ["GET /sub/:id"] * 3 + ["GET /to_s/:id"] * 3 + ["GET "] * 3, seen)
+    assert_equal(["PUT /default/:id"] * 3 + ["GET /sub/:id"] * 3 + ["GET /to_s/:id"] * 3 + ["GET "] * 3 +
+                 ["GET /single/:id"] * 3 + ["GET /own/:id"] * 3, seen)
   end
 
   def test_labels_restored_and_not_running
