@@ -1,6 +1,7 @@
 /*
  * label_memo.h — the per-native-thread memo of recent label applications
- * (ruby/label_memo.c), used by labels.c and request_label.c. Context: see label_memo.c.
+ * (ruby/label_memo.c), used by labels.c and request_label.c, and the two
+ * labels.c functions request_label.c calls. Context: see label_memo.c.
  */
 #ifndef RPERF_LABEL_MEMO_H
 #define RPERF_LABEL_MEMO_H
