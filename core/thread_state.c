@@ -340,14 +340,15 @@ void rperf_ev_suspended(rperf_thread_t *pt)
     if (backend() && backend()->thread_suspended) backend()->thread_suspended();
     int64_t mono = rperf__mono_ns();
     int64_t native = native_cpu_if_needed();
-    /* cpu mode: close the on-GVL interval with a sample of the current
-     * stack, unless it is too short to be worth one (then it stays
-     * pending). Wall mode leaves it pending for the thread's next tick: the
-     * stack at SUSPENDED is always the releasing call's, so charging it the
-     * on-GVL time since the last sample (spent mostly before the call)
-     * would bias every GVL-releasing call upwards by a sampling-phase
-     * dependent amount; a tick lands at a random on-GVL moment instead. */
-    if (!wall_mode()) sample_now(pt, mono, native, threshold_ns(), false);
+    /* The on-GVL time since the last sample stays pending for the thread's
+     * next tick, in both modes: the stack at SUSPENDED is always the
+     * releasing call's (IO#read, Thread#join, Queue#pop...), so charging it
+     * the time since the last sample (spent mostly before the call) would
+     * bias every GVL-releasing call upwards, and the code just before the
+     * previous sample's point too; a tick lands at a random on-GVL moment
+     * instead. (cpu mode sampled here until session 7: `Thread#join` took
+     * a quarter of a Thread.new/work/join/work loop's weight for no CPU,
+     * test_modes.rb "right after Thread.new".) */
     if (pt->cpu_mark >= 0) pt->cpu_acc += native - pt->cpu_mark;
     pt->cpu_mark = -1;
     pt->susp_wall = mono;

@@ -120,6 +120,40 @@ class TestModes < Test::Unit::TestCase
     end
   end
 
+  # Equal work on both sides of a GVL release gets equal weight, and the
+  # releasing call gets only its own: a loop of Thread.new, work_a, join,
+  # work_b. It fails if the on-GVL time since the last sample is charged to
+  # the stack at SUSPENDED (cpu mode did that: Thread#join took a quarter
+  # of the weight and work_b lost half of its own, the tail of each work_b
+  # going to the next work_a's sample), or if a tick in the window between
+  # Thread.new and the new thread's first turn (Ruby 3.3 points the main
+  # Ractor's running_ec at the new thread then) is triggered "to the
+  # holder" and runs on the new thread instead. :nanosleep has that
+  # window by design (docs/backends.md, "Known limitation of :nanosleep").
+  def test_work_around_thread_new_and_join_gets_its_share
+    (RPERF_BACKENDS - [:nanosleep]).each do |backend|
+      RPERF_MODES.each do |mode|
+        result = Rperf.start(frequency: 1000, mode: mode, backend: backend) do
+          150.times do
+            t = Thread.new { nil }
+            rperf_work_a(0.0008)
+            t.join
+            rperf_work_b(0.0008)
+          end
+        end
+        a = rperf_weight_with(result, "Object#rperf_work_a")
+        b = rperf_weight_with(result, "Object#rperf_work_b")
+        ctx = "a=#{a} b=#{b} #{backend}/#{mode}\n#{rperf_describe(result)}"
+        assert_operator(a, :>, 0, ctx)
+        ratio = b.to_f / a
+        assert_operator(ratio, :>=, 0.5, "equal work, equal weight #{ctx}")
+        assert_operator(ratio, :<=, 2.0, "equal work, equal weight #{ctx}")
+        join = rperf_weight_with(result, "Thread#join")
+        assert_operator(join, :<=, (a + b) / 4, "join waits, it does not compute #{ctx}")
+      end
+    end
+  end
+
   def test_cpu_mode_two_threads_weight_follows_cpu
     # Signal backend only: see docs/backends.md, "Known limitation" (nanosleep).
     [:signal].each do |backend|
