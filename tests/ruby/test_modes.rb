@@ -104,19 +104,25 @@ class TestModes < Test::Unit::TestCase
     end
   end
 
+  # The weights of two labels, their ratio b / a within `range`; returns
+  # [a, b, context for further messages].
+  def assert_b_over_a(result, a_label, b_label, range, what, where)
+    a = rperf_weight_with(result, a_label)
+    b = rperf_weight_with(result, b_label)
+    ctx = "a=#{a} b=#{b} #{where}\n#{rperf_describe(result)}"
+    assert_operator(a, :>, 0, ctx)
+    assert_include(range, b.to_f / a, "#{what} #{ctx}")
+    [a, b, ctx]
+  end
+
   def test_cpu_mode_weight_proportional_to_cpu_work
     RPERF_BACKENDS.each do |backend|
       result = Rperf.start(frequency: 1000, mode: :cpu, backend: backend) do
         rperf_work_a(0.12)
         rperf_work_b(0.24)
       end
-      a = rperf_weight_with(result, "Object#rperf_work_a")
-      b = rperf_weight_with(result, "Object#rperf_work_b")
-      ctx = "a=#{a} b=#{b} #{backend}\n#{rperf_describe(result)}"
-      assert_operator(a, :>, 0, ctx)
-      ratio = b.to_f / a
-      assert_operator(ratio, :>=, 1.3, "2x the CPU work gets more weight #{ctx}")
-      assert_operator(ratio, :<=, 3.0, ctx)
+      assert_b_over_a(result, "Object#rperf_work_a", "Object#rperf_work_b", 1.3..3.0,
+                      "2x the CPU work gets more weight", backend)
     end
   end
 
@@ -141,13 +147,8 @@ class TestModes < Test::Unit::TestCase
             rperf_work_b(0.0008)
           end
         end
-        a = rperf_weight_with(result, "Object#rperf_work_a")
-        b = rperf_weight_with(result, "Object#rperf_work_b")
-        ctx = "a=#{a} b=#{b} #{backend}/#{mode}\n#{rperf_describe(result)}"
-        assert_operator(a, :>, 0, ctx)
-        ratio = b.to_f / a
-        assert_operator(ratio, :>=, 0.5, "equal work, equal weight #{ctx}")
-        assert_operator(ratio, :<=, 2.0, "equal work, equal weight #{ctx}")
+        a, b, ctx = assert_b_over_a(result, "Object#rperf_work_a", "Object#rperf_work_b", 0.5..2.0,
+                                    "equal work, equal weight", "#{backend}/#{mode}")
         join = rperf_weight_with(result, "Thread#join")
         assert_operator(join, :<=, (a + b) / 4, "join waits, it does not compute #{ctx}")
       end
