@@ -344,11 +344,11 @@ void rperf_ev_suspended(rperf_thread_t *pt)
      * next tick, in both modes: the stack at SUSPENDED is always the
      * releasing call's (IO#read, Thread#join, Queue#pop...), so charging it
      * the time since the last sample (spent mostly before the call) would
-     * bias every GVL-releasing call upwards, and the code just before the
-     * previous sample's point too; a tick lands at a random on-GVL moment
-     * instead. (cpu mode sampled here until session 7: `Thread#join` took
-     * a quarter of a Thread.new/work/join/work loop's weight for no CPU,
-     * test_modes.rb "right after Thread.new".) */
+     * bias every GVL-releasing call upwards; a tick lands at a random
+     * on-GVL moment instead. (cpu mode sampled here until session 7:
+     * Thread#join took a quarter of a Thread.new/work/join/work loop's
+     * weight for no CPU; test_modes.rb
+     * test_work_around_thread_new_and_join_gets_its_share.) */
     if (pt->cpu_mark >= 0) pt->cpu_acc += native - pt->cpu_mark;
     pt->cpu_mark = -1;
     pt->susp_wall = mono;
