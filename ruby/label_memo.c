@@ -25,8 +25,9 @@
  * static TLS block that every later dlopen'ed library shares
  * (docs/architecture.md, "Thread-local storage").
  *
- * Contexts: GVL held, any Ractor. The memo is thread-local to the native
- * thread; M:N threads sharing one only meet between calls (no Ruby call
+ * Contexts: GVL held, any Ractor, except the pthread key's destructor
+ * (free), which runs as the native thread exits. The memo is thread-local
+ * to the native thread; M:N threads sharing one only meet between calls (no Ruby call
  * or interrupt check inside a lookup or a store), and every entry is
  * exact for any thread. Lookups and stores run under the table's lock, so
  * the epoch cannot move meanwhile.

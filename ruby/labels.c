@@ -331,29 +331,61 @@ static uint64_t apply(uint64_t cur_token, VALUE labels, const rperf_memo_key_t *
     return token;
 }
 
-/* The memo's hit: reads the running thread's set, finds the result of
- * applying mk to it and labels the thread with it, in one lock and
- * enter/leave; *prev is then the token of the set it had. False: not in
- * the memo (or not running), nothing changed. */
-static bool memo_relabel(const rperf_memo_key_t *mk, uint64_t *prev)
+/* Relabels the running thread under the table's lock and enter/leave:
+ * `pick` sees the thread and its current set's token and labels it or not
+ * (returns whether it did); *prev is then that token. Not running, or no
+ * thread state: false. */
+typedef bool (*relabel_pick_fn)(rperf_thread_t *pt, uint64_t cur, const void *ctx);
+
+static bool relabel_locked(relabel_pick_fn pick, const void *ctx, uint64_t *prev)
 {
-    if (!mk->ok) return false;
     bool hit = false;
-    uint64_t cur = 0, next = 0;
+    uint64_t cur = 0;
     rperf_rb_ltab_lock();
     if (rperf_engine_enter()) {
         rperf_thread_t *pt = rperf_rb_current_thread(true);
         if (pt) {
             uint32_t id = rperf_thread_label(pt);
             cur = id ? rperf_rb_ltab_token_locked(id) : 0;
-            hit = rperf_rb_memo_find_locked(rperf_rb_ltab_epoch_locked(), cur, mk, &next);
-            if (hit) rperf_thread_set_label(pt, (uint32_t)next);
+            hit = pick(pt, cur, ctx);
         }
         rperf_engine_leave();
     }
     rperf_rb_ltab_unlock();
     if (hit) *prev = cur;
     return hit;
+}
+
+/* The memo's hit: the result of applying mk to the current set. */
+static bool pick_from_memo(rperf_thread_t *pt, uint64_t cur, const void *ctx)
+{
+    uint64_t next;
+    if (!rperf_rb_memo_find_locked(rperf_rb_ltab_epoch_locked(), cur, ctx, &next)) return false;
+    rperf_thread_set_label(pt, (uint32_t)next);
+    return true;
+}
+
+static bool memo_relabel(const rperf_memo_key_t *mk, uint64_t *prev)
+{
+    return mk->ok && relabel_locked(pick_from_memo, mk, prev);
+}
+
+typedef struct single {
+    const buf_t *ck;          /* the one-pair set's canonical bytes */
+    uint64_t h;
+    const rperf_memo_key_t *mk;
+} single_t;
+
+/* A thread with no labels: the one-pair set from the table, memoised. */
+static bool pick_single(rperf_thread_t *pt, uint64_t cur, const void *ctx)
+{
+    const single_t *s = ctx;
+    int64_t found = cur == 0 ? rperf_rb_ltab_find_locked(s->ck->p, s->ck->len, s->h) : -1;
+    if (found <= 0) return false;
+    rperf_thread_set_label(pt, (uint32_t)found);
+    rperf_rb_memo_put_locked(rperf_rb_ltab_epoch_locked(), 0, s->mk,
+                             rperf_rb_ltab_token_locked((uint32_t)found));
+    return true;
 }
 
 bool rperf_rb_label_request_fast(const rperf_memo_key_t *mk, VALUE key, int enc, const char *p,
@@ -370,30 +402,11 @@ bool rperf_rb_label_request_fast(const rperf_memo_key_t *mk, VALUE key, int enc,
     buf_t ck = { .p = NULL, .len = 0, .cap = sizeof(ck.inline_) };
     ck.p = ck.inline_;
     put_tagged(&ck, 'p', pair.p, pair.len);
-    uint64_t h = rperf_rb_ltab_hash(ck.p, ck.len);
-    bool hit = false;
-    uint64_t cur = 0;
-    rperf_rb_ltab_lock();
-    if (rperf_engine_enter()) {
-        rperf_thread_t *pt = rperf_rb_current_thread(true);
-        if (pt) {
-            uint32_t id = rperf_thread_label(pt);
-            cur = id ? rperf_rb_ltab_token_locked(id) : 0;
-            int64_t found = cur == 0 ? rperf_rb_ltab_find_locked(ck.p, ck.len, h) : -1;
-            if (found > 0) {
-                rperf_thread_set_label(pt, (uint32_t)found);
-                rperf_rb_memo_put_locked(rperf_rb_ltab_epoch_locked(), 0, mk,
-                                         rperf_rb_ltab_token_locked((uint32_t)found));
-                hit = true;
-            }
-        }
-        rperf_engine_leave();
-    }
-    rperf_rb_ltab_unlock();
+    single_t s = { &ck, rperf_rb_ltab_hash(ck.p, ck.len), mk };
+    bool hit = relabel_locked(pick_single, &s, prev);
     if (pair.p != pair.inline_) ruby_xfree(pair.p);
     if (ck.p != ck.inline_) ruby_xfree(ck.p);
     RB_GC_GUARD(name);
-    if (hit) *prev = cur;
     return hit;
 }
 
