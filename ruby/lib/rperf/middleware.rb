@@ -94,10 +94,11 @@ module Rperf
     end
 
     # The request runs labelled; the thread's previous labels come back
-    # after it, also when the app raises. A request whose label this
-    # thread applied recently is labelled in C from the env's bytes
-    # (ruby/request_label.c: no String, no Hash), any other one here, with
-    # the same result.
+    # after it, also when the app raises. With a built-in label a plain
+    # Rack env is labelled in C from its bytes (ruby/request_label.c: no
+    # String or Hash once the label set exists); a callable label, or an
+    # env the C path cannot read exactly as Ruby would, is labelled here,
+    # with the same result.
     def call(env)
       prev = (@builtin && Rperf._c_label_request(@label_key, env, @normalized)) || label_request(env)
       begin
@@ -109,8 +110,8 @@ module Rperf
 
     private
 
-    # The full path: Rperf.label without a block (which records the set in
-    # the thread's memo for the fast path); returns the previous set's token.
+    # The Ruby path: Rperf.label without a block; returns the previous
+    # set's token.
     def label_request(env)
       value = endpoint(env)
       prev = Rperf._c_get_label
