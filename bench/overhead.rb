@@ -23,7 +23,8 @@
 #   switch    8 threads passing a token round a ring of Queues, 20,000
 #             hand-offs (each one a GVL switch)
 #   io        8 pairs of threads bouncing a byte through two pipes, 1,500
-#             round trips per pair (every read blocks off the GVL)
+#             round trips per pair (every read and every write releases and
+#             retakes the GVL: 4 switches per round trip)
 #   idleN     N threads parked on a Queue (each woken once per run), then
 #             the main thread runs fib as above ("idle1000": flat in threads)
 #   threads / threadsN   16 (N) threads sharing 64 × fib(25), GVL-bound
@@ -37,8 +38,12 @@
 #   CPU        process CPU overhead of P over U
 #   ns/sample  (CPU P − CPU U) / sampling_count of P: all the profiler costs
 #   xfloor     ns/sample ÷ the control program's "signal" ns per bare tick
-#   ns/switch  (CPU P − CPU U) / GVL hand-offs (switch, io only; it includes
-#              the per-sample cost)
+#   ns/switch  (CPU P − CPU U) / GVL switches (switch, io only; it includes
+#              the per-sample cost). A switch is one release and retake of
+#              the GVL (a SUSPENDED/READY/RESUMED round of Ruby's thread
+#              events); the counts were checked against the thread hook's
+#              own event counts (switch: 100,010 RESUMED for 100,000
+#              hand-offs; io: 240,341 for 8 × 750 × 10 round trips × 4)
 #   KiB/thr    profiler_memory_bytes / detected_thread_count of P
 #   drop       dropped_samples per profiled run
 #
@@ -167,8 +172,11 @@ module OverheadBench
     end
 
     # `pairs` pairs of threads bounce one byte through two pipes, `rounds`
-    # times each: every read blocks outside the GVL. Returns the number of
-    # blocking reads (≈ GVL switches).
+    # times each: every read blocks outside the GVL, and every write
+    # releases it too (IO#write on a pipe is a blocking region). Returns the
+    # number of GVL switches: two reads and two writes per round trip.
+    # (Until session 8 it returned the reads alone, which doubled io's
+    # ns/switch in every earlier table.)
     def io(pairs, rounds)
       pipes = Array.new(pairs) { IO.pipe + IO.pipe }
       threads = pipes.flat_map do |a_r, a_w, b_r, b_w|
@@ -177,7 +185,7 @@ module OverheadBench
       end
       threads.each(&:join)
       pipes.flatten.each(&:close)
-      pairs * rounds * 2
+      pairs * rounds * 4
     end
 
     # The accuracy workload (part 3 of the header): two GVL-releasing C calls
@@ -264,7 +272,7 @@ module OverheadBench
   end
 
   # name => lambda(scale) returning a callable that runs one round (and
-  # returns the number of GVL hand-offs it made, for switch/io).
+  # returns the number of GVL switches it made, for switch/io).
   WORKLOADS = {
     "fib" => ->(s) { n = [(6 * s).round, 1].max; -> { n.times { Work.fib(30) }; nil } },
     "deep" => ->(s) { r = [(160 * s).round, 1].max; -> { Work.deep(150, r); nil } },
@@ -569,7 +577,7 @@ module OverheadBench
   def self.report_overhead(o, floor)
     puts
     puts "wall / CPU: overhead of the profiled run over the unprofiled one; ns/sample: (CPU P − CPU U) / samples, " \
-         "xfloor: ÷ the signal floor; ns/switch: (CPU P − CPU U) / GVL hand-offs (switch, io); " \
+         "xfloor: ÷ the signal floor; ns/switch: (CPU P − CPU U) / GVL switches (switch, io); " \
          "KiB/thr: profiler memory per thread seen"
     head = %w[workload mode Hz] + o[:backends].flat_map { |b| ["#{b} wall", "CPU", "ns/sample", "xfloor", "ns/switch", "KiB/thr", "drop"] }
     rows = []

@@ -74,11 +74,14 @@ struct rperf_thread {
      * an event touches as few cache lines as the allocation allows. (A
      * 64-byte-aligned allocation measured no different on 2 vCPUs.) */
     int64_t cpu_acc;               /* on-GVL CPU ns of this Ruby thread */
-    int64_t cpu_mark;              /* native CPU clock at RESUMED, -1 off-GVL */
+    int64_t cpu_mark;              /* native CPU clock reading that opens the current
+                                      on-GVL interval, -1 when closed (cpu mode) */
+    int64_t mark_mono;             /* monotonic time of that reading */
     int64_t last_cpu;              /* cpu_acc-based time at the last sample */
     int64_t last_wall;             /* monotonic time at the last sample */
     int64_t susp_wall;             /* SUSPENDED time (0: none pending) */
-    int64_t susp_native_cpu;       /* native CPU clock at SUSPENDED */
+    int64_t susp_native_cpu;       /* native CPU clock at SUSPENDED, -1 not read
+                                      (the interval stayed open, cpu mode) */
     uint64_t susp_switches;        /* nt->switches at SUSPENDED */
     rperf_nt_t *susp_nt;           /* native thread at SUSPENDED */
     _Atomic int64_t ready_wall;    /* READY (any thread) */
@@ -90,6 +93,8 @@ struct rperf_thread {
     _Atomic uint32_t label_set_id;
     int32_t native_tid;
     int fresh;                     /* created, not yet run (own, then cleared) */
+    int migrates;                  /* cpu mode: resumed on another native thread
+                                      once; SUSPENDED then always reads the clock */
     /* ring: producer = the thread itself, consumer = the worker. A chain of
      * segments (ring.c): the producer writes the last, the consumer drains
      * the first; a full segment is followed by one 4x larger. */

@@ -176,6 +176,7 @@ void rperf_thread_attach_current(rperf_thread_t *pt)
 {
     settle_fresh(pt);
     pt->cpu_mark = native_cpu_if_needed();
+    pt->mark_mono = rperf__mono_ns();
     pt->last_cpu = pt->cpu_acc;
     pt->susp_wall = 0;
     set_current(pt);
@@ -265,73 +266,134 @@ void rperf_ev_ready(rperf_thread_t *pt)
     atomic_store_explicit(&pt->ready_wall, rperf__mono_ns(), memory_order_relaxed);
 }
 
+/* cpu mode, at RESUMED (own): settle the CPU time of the interval that
+ * ended at SUSPENDED and of the time off the GVL since, and open the next
+ * on-GVL interval. Returns the clock reading now open (cpu_mark).
+ *
+ * The thread CPU clock is a system call, and both GVL events run inside
+ * Ruby's scheduler lock, where every nanosecond costs the process several
+ * (docs/performance.md, "Session 6"). So a short on-GVL interval is left
+ * open at SUSPENDED (no reading), and a short time off the GVL on the same
+ * native thread leaves it open here too: that CPU time would only be kept
+ * pending for the next sample anyway, which reads the clock itself, so
+ * the sums are the same as with a reading at every event. Only a long
+ * stretch off the GVL needs the split (its CPU time is charged to the stack
+ * that released the GVL): then the on-GVL part of the open interval is
+ * taken as at most its wall time, so what is charged to the releasing call
+ * is never more than its own CPU time, and short by at most the time the
+ * kernel took the thread off its CPU during that short interval. */
+static int64_t resume_cpu(rperf_thread_t *pt, rperf_nt_t *nt, int64_t mono)
+{
+    bool same_nt = pt->susp_nt == nt && pt->susp_switches + 1 == nt->switches;
+    bool open = pt->cpu_mark >= 0;             /* not read at SUSPENDED */
+    int64_t off_wall = pt->susp_wall > 0 ? mono - pt->susp_wall : 0;
+    if (same_nt && off_wall < threshold_ns()) {
+        if (open) return pt->cpu_mark;          /* the interval goes on */
+        /* closed at SUSPENDED, nothing else ran here since: that reading
+         * opens the next interval (the same sums as reading now) */
+        pt->mark_mono = pt->susp_wall;
+        return pt->susp_native_cpu;
+    }
+    int64_t native = rperf__native_cpu_ns();
+    if (!same_nt) {
+        /* Another native thread's clock (M:N, or another Ruby thread ran
+         * on this one): the CPU time off the GVL is not measurable. An
+         * interval left open is counted as its wall time (short, see
+         * suspended); from now on this thread reads at every SUSPENDED. */
+        if (open && pt->susp_wall > pt->mark_mono) pt->cpu_acc += pt->susp_wall - pt->mark_mono;
+        if (pt->susp_nt) pt->migrates = 1;
+    } else {
+        int64_t off;
+        if (open) {
+            int64_t total = native - pt->cpu_mark;
+            int64_t on = pt->susp_wall - pt->mark_mono;
+            if (on > total) on = total;
+            if (on < 0) on = 0;
+            pt->cpu_acc += on;
+            off = total - on;
+        } else {
+            off = native - pt->susp_native_cpu;
+        }
+        /* Nothing else ran on this native thread since SUSPENDED: its CPU
+         * time meanwhile was burned by this Ruby thread off the GVL (C code
+         * that released it). Attribute it to the stack that released it. */
+        if (off >= threshold_ns() && off > 0) {
+            rperf_frame_t frames[RPERF_MAX_DEPTH];
+            int depth = capture(pt, frames);
+            if (depth > 0 && rperf__ring_push(pt, RPERF_SAMPLE_NORMAL, off, mono, frames, depth))
+                off = 0;
+        }
+        if (off > 0) pt->cpu_acc += off;    /* pending: goes to the next sample */
+    }
+    pt->mark_mono = mono;
+    return native;
+}
+
+/* Wall mode, at RESUMED (own): the time since SUSPENDED was [GVL blocked]
+ * until READY and [GVL wait] since. */
+static void resume_wall(rperf_thread_t *pt, int64_t mono)
+{
+    if (pt->susp_wall <= 0) return;
+    int64_t susp = pt->susp_wall;
+    /* READY came before this RESUMED, and the next one comes only after the
+     * next SUSPENDED: a plain read and clear suffice (no locked instruction
+     * inside the scheduler's lock). */
+    int64_t ready = atomic_load_explicit(&pt->ready_wall, memory_order_relaxed);
+    atomic_store_explicit(&pt->ready_wall, 0, memory_order_relaxed);
+    if (ready < susp || ready > mono) ready = 0;
+    int64_t blocked = (ready ? ready : mono) - susp;
+    int64_t wait = ready ? mono - ready : 0;
+    if (blocked > 0) pt->pend_blocked += blocked;
+    if (wait > 0) pt->pend_wait += wait;
+    /* A block worth a sample is recorded now, on the stack that released
+     * the GVL (the releasing C call gets exactly its own time). Shorter ones
+     * are not worth a stack capture per switch: they wait for the thread's
+     * next sample (or for their sum to pass the threshold) and are recorded
+     * on that sample's stack. */
+    if (pt->pend_blocked + pt->pend_wait >= threshold_ns()) {
+        rperf_frame_t frames[RPERF_MAX_DEPTH];
+        int depth = capture(pt, frames);
+        if (depth > 0) record_pending_gvl(pt, mono, frames, depth);
+    }
+}
+
 void rperf_ev_resumed(rperf_thread_t *pt)
 {
     rperf_nt_t *nt = &nt_tls;
     nt->switches++;
     int64_t mono = rperf__mono_ns();
     nt->resumed_mono = mono;
-    bool same_nt = pt->susp_nt == nt && pt->susp_switches + 1 == nt->switches;
-    /* cpu mode, back on the native thread it left with nothing else run
-     * there, after less wall time than a sample is worth: its CPU time
-     * meanwhile (at most that wall time) would only be kept pending, so the
-     * clock read at SUSPENDED serves as the new mark (the same sums as
-     * reading it now) and the system call is saved. */
-    bool quick = !wall_mode() && !pt->fresh && same_nt && pt->susp_wall > 0 &&
-                 mono - pt->susp_wall < threshold_ns();
-    int64_t native = quick ? pt->susp_native_cpu : native_cpu_if_needed();
-    rperf_frame_t frames[RPERF_MAX_DEPTH];
-    int depth = -1;
-
-    if (quick) {
-        /* nothing to attribute */
-    } else if (pt->fresh) {
+    if (pt->fresh) {
         /* First run of a thread created during the run: the wait for its
          * first turn has no Ruby frame to charge (its block has not started)
          * and is not time the thread spent running; its clock starts now. */
         settle_fresh(pt);
         pt->last_wall = mono;
+        pt->cpu_mark = native_cpu_if_needed();
+        pt->mark_mono = mono;
     } else if (wall_mode()) {
-        if (pt->susp_wall > 0) {
-            int64_t susp = pt->susp_wall;
-            /* READY came before this RESUMED, and the next one comes only
-             * after the next SUSPENDED: a plain read and clear suffice (no
-             * locked instruction inside the scheduler's lock). */
-            int64_t ready = atomic_load_explicit(&pt->ready_wall, memory_order_relaxed);
-            atomic_store_explicit(&pt->ready_wall, 0, memory_order_relaxed);
-            if (ready < susp || ready > mono) ready = 0;
-            int64_t blocked = (ready ? ready : mono) - susp;
-            int64_t wait = ready ? mono - ready : 0;
-            if (blocked > 0) pt->pend_blocked += blocked;
-            if (wait > 0) pt->pend_wait += wait;
-            /* A block worth a sample is recorded now, on the stack that
-             * released the GVL (the releasing C call gets exactly its own
-             * time). Shorter ones are not worth a stack capture per switch:
-             * they wait for the thread's next sample (or for their sum to
-             * pass the threshold) and are recorded on that sample's stack. */
-            if (pt->pend_blocked + pt->pend_wait >= threshold_ns()) {
-                depth = capture(pt, frames);
-                if (depth > 0) record_pending_gvl(pt, mono, frames, depth);
-            }
-        }
-    } else if (same_nt) {
-        /* Nothing else ran on this native thread since SUSPENDED: its CPU
-         * time meanwhile was burned by this Ruby thread off the GVL (C code
-         * that released it). Attribute it to the stack that released it. */
-        int64_t off = native - pt->susp_native_cpu;
-        if (off >= threshold_ns() && off > 0) {
-            depth = capture(pt, frames);
-            if (depth > 0 &&
-                rperf__ring_push(pt, RPERF_SAMPLE_NORMAL, off, mono, frames, depth))
-                off = 0;
-        }
-        if (off > 0) pt->cpu_acc += off;    /* pending: goes to the next sample */
+        resume_wall(pt, mono);
+    } else {
+        pt->cpu_mark = resume_cpu(pt, nt, mono);
     }
     pt->susp_wall = 0;
     pt->susp_nt = NULL;
-    pt->cpu_mark = native;
     set_current(pt);
     if (backend() && backend()->thread_resumed) backend()->thread_resumed();
+}
+
+/* cpu mode, at SUSPENDED (own): close the on-GVL interval with a clock
+ * reading, or leave it open when it is short (resume_cpu). */
+static void suspend_cpu(rperf_thread_t *pt, int64_t mono)
+{
+    if (pt->cpu_mark >= 0 && !pt->migrates && mono - pt->mark_mono < threshold_ns()) {
+        pt->susp_native_cpu = -1;
+        return;
+    }
+    int64_t native = rperf__native_cpu_ns();
+    if (pt->cpu_mark >= 0) pt->cpu_acc += native - pt->cpu_mark;
+    pt->cpu_mark = -1;
+    pt->susp_native_cpu = native;
 }
 
 void rperf_ev_suspended(rperf_thread_t *pt)
@@ -339,7 +401,6 @@ void rperf_ev_suspended(rperf_thread_t *pt)
     rperf_nt_t *nt = &nt_tls;
     if (backend() && backend()->thread_suspended) backend()->thread_suspended();
     int64_t mono = rperf__mono_ns();
-    int64_t native = native_cpu_if_needed();
     /* The on-GVL time since the last sample stays pending for the thread's
      * next tick, in both modes: the stack at SUSPENDED is always the
      * releasing call's (IO#read, Thread#join, Queue#pop...), so charging it
@@ -349,10 +410,8 @@ void rperf_ev_suspended(rperf_thread_t *pt)
      * Thread#join took a quarter of a Thread.new/work/join/work loop's
      * weight for no CPU; test_modes.rb
      * test_work_around_thread_new_and_join_gets_its_share.) */
-    if (pt->cpu_mark >= 0) pt->cpu_acc += native - pt->cpu_mark;
-    pt->cpu_mark = -1;
+    if (!wall_mode()) suspend_cpu(pt, mono);
     pt->susp_wall = mono;
-    pt->susp_native_cpu = native;
     pt->susp_nt = nt;
     pt->susp_switches = nt->switches;
     atomic_store_explicit(&pt->ready_wall, 0, memory_order_relaxed);
@@ -366,6 +425,11 @@ void rperf_ev_exited(rperf_thread_t *pt)
      * block has returned), so it goes to the root-most frame of its last
      * capture — the thread's block in practice. */
     int64_t mono = rperf__mono_ns();
+    /* cpu mode: SUSPENDED (just before) may have left the interval open */
+    if (!wall_mode() && pt->cpu_mark >= 0) {
+        pt->cpu_acc += rperf__native_cpu_ns() - pt->cpu_mark;
+        pt->cpu_mark = -1;
+    }
     int64_t pending = rperf__engine.cfg.clock == RPERF_CLOCK_CPU
         ? pt->cpu_acc - pt->last_cpu
         : (pt->susp_wall > 0 ? pt->susp_wall : mono) - pt->last_wall - pt->pend_blocked -

@@ -105,7 +105,7 @@ static VALUE c_start(int argc, VALUE *argv, VALUE self)
         rb_raise(rb_eRuntimeError, "%s", err);
     rperf_rb_thread_state_set(rb_thread_current(), caller);
     finish_at_exit = RTEST(finish);
-    rperf_rb_hooks_install();
+    rperf_rb_hooks_install(cfg.clock == RPERF_CLOCK_WALL);
     /* start is called from the main Ractor (lib/rperf.rb checks it) */
     rperf_thread_set_ractor(caller, 1);
     char name[RPERF_THREAD_NAME_MAX];

@@ -10,7 +10,9 @@
  * tells the engine a thread's Ractor (main = 1) before the backend's
  * thread_resumed runs; a thread of a Ractor with no number yet then
  * triggers the job on itself (rb_postponed_job_trigger, as from a signal
- * handler), so its Ractor is numbered without waiting for a tick. gc_hook runs inside GC on the thread
+ * handler), so its Ractor is numbered without waiting for a tick. In cpu
+ * mode READY returns at once (only wall mode splits blocked from wait time).
+ * gc_hook runs inside GC on the thread
  * that runs the GC step: no allocation, no Ruby calls. install/remove run
  * with the GVL held (never from inside a hook).
  *
@@ -26,13 +28,25 @@
  */
 #include "rperf_ruby.h"
 
+#include <stdatomic.h>
+
 static rb_internal_thread_event_hook_t *thread_hook_handle;
 static int gc_hook_installed;         /* the main Ractor's GC hook */
+/* READY is wanted in wall mode only ([GVL blocked] / [GVL wait] split).
+ * Ruby 3.3 dispatches every thread event to every hook (a read lock and a
+ * loop) whatever the hook's mask, so a READY left out of the mask would
+ * save nothing over returning at once, and a mask cannot be changed
+ * without removing the hook (which a fork child must not do): the hook
+ * stays subscribed and returns before any work in cpu mode. */
+static _Atomic bool ready_wanted;
 
 static void thread_hook(rb_event_flag_t ev, const rb_internal_thread_event_data_t *data,
                         void *arg)
 {
     (void)arg;
+    if ((ev & RUBY_INTERNAL_THREAD_EVENT_READY) &&
+        !atomic_load_explicit(&ready_wanted, memory_order_relaxed))
+        return;
     if (!rperf_engine_enter()) return;
     VALUE th = data->thread;
     rperf_thread_t *pt = rperf_rb_thread_state(th);
@@ -96,8 +110,9 @@ static void gc_hook(rb_event_flag_t ev, VALUE data, VALUE self, ID mid, VALUE kl
      RUBY_INTERNAL_EVENT_GC_EXIT)
 
 /* GVL held, main Ractor, at start */
-void rperf_rb_hooks_install(void)
+void rperf_rb_hooks_install(bool wall)
 {
+    atomic_store_explicit(&ready_wanted, wall, memory_order_relaxed);
     if (!thread_hook_handle)
         thread_hook_handle = rb_internal_thread_add_event_hook(thread_hook, THREAD_EVENTS, NULL);
     if (!gc_hook_installed) {

@@ -2,8 +2,8 @@
  * fake_engine.h — the fake host and fake backend shared by the engine's
  * life-cycle unit tests (test_thread_lifecycle.c, test_fork.c): capture
  * returns `depth` frames of `stack` (and counts the calls), the backend
- * starts nothing and counts identifications. Also: starting a wall-mode
- * run and letting the monotonic clock move without sleeping.
+ * starts nothing and counts identifications. Also: starting a run and
+ * letting the monotonic clock move without sleeping.
  * Context: plain C test programs (no Ruby); static definitions, one
  * including file per executable.
  */
@@ -44,11 +44,11 @@ static const rperf_backend_ops_t fake_backend = {
     .start = fb_start, .stop = fb_stop, .thread_identified = fb_identified,
 };
 
-/* A wall-mode run at `frequency` with the fake backend; NULL on failure
- * (recorded as a failed check). */
-static rperf_thread_t *start_wall_at(int frequency)
+/* A run in `clock` mode at `frequency` with the fake backend; NULL on
+ * failure (recorded as a failed check). */
+static rperf_thread_t *start_at(int frequency, int clock)
 {
-    rperf_config_t cfg = { .frequency = frequency, .clock = RPERF_CLOCK_WALL, .aggregate = true,
+    rperf_config_t cfg = { .frequency = frequency, .clock = clock, .aggregate = true,
                            .ring_slots = 1024, .backend = &fake_backend };
     rperf_thread_t *caller = NULL;
     char err[128];
@@ -57,6 +57,7 @@ static rperf_thread_t *start_wall_at(int frequency)
     return caller;
 }
 
+static rperf_thread_t *start_wall_at(int frequency) { return start_at(frequency, RPERF_CLOCK_WALL); }
 static rperf_thread_t *start_wall(void) { return start_wall_at(1000); }
 
 /* Let the monotonic clock move by at least ns (busy work, no sleeping). */

@@ -14,6 +14,8 @@
  */
 #include "fake_engine.h"
 
+#include <pthread.h>
+
 typedef struct found {
     int64_t root_weight;      /* depth-1 samples whose frame is the root */
     int64_t total;
@@ -232,6 +234,111 @@ RPERF_TEST(threads_announced_but_not_run_are_unsettled)
     rperf_engine_release();
 }
 
+/* cpu mode: the leaf and total weights of a run */
+typedef struct cpu_sums {
+    uint32_t leaf_id;
+    int64_t leaf;
+    int64_t total;
+} cpu_sums_t;
+static int sum_cpu(const rperf_result_sample_t *s, void *ctx)
+{
+    cpu_sums_t *c = ctx;
+    c->total += s->weight;
+    if (s->depth > 0 && s->frames[0] == c->leaf_id) c->leaf += s->weight;
+    return 0;
+}
+
+static uint32_t frame_id_of(rperf_frame_t f)
+{
+    for (uint32_t id = RPERF_SYNTHETIC_FRAMES; id < RPERF_SYNTHETIC_FRAMES + rperf_result_frame_count(); id++)
+        if (rperf_result_frame(id) == f) return id;
+    return 0;
+}
+
+static void *resume_and_suspend_elsewhere(void *arg)
+{
+    rperf_thread_t *pt = arg;
+    rperf_ev_resumed(pt);
+    let_time_pass();
+    rperf_ev_suspended(pt);
+    return NULL;
+}
+
+/* cpu mode reads the thread CPU clock (a system call, inside Ruby's
+ * scheduler lock) only where a split is needed: quick switches leave the
+ * on-GVL interval open, yet every nanosecond of the thread's CPU time is
+ * counted once, and a long stretch of CPU off the GVL still goes to the
+ * stack that released it. */
+RPERF_TEST(cpu_mode_quick_switches_read_the_clock_rarely_and_keep_the_sums)
+{
+    start_at(1000, RPERF_CLOCK_CPU);     /* threshold: 250 us */
+    rperf_frame_t a[3] = { 0x3000, 0x3008, 0x5000 }, b[3] = { 0x4000, 0x4008, 0x5000 };
+    memcpy(stack, a, sizeof(stack));
+    depth = 3;
+    rperf_thread_t *pt = rperf_thread_new(RPERF_THREAD_CREATED);
+    int64_t c0 = rperf__native_cpu_ns();
+    rperf_ev_resumed(pt);
+    int marks = 0;
+    int64_t mark = pt->cpu_mark;
+    for (int i = 0; i < 50; i++) {
+        let_time_pass();                 /* on the GVL */
+        rperf_ev_suspended(pt);
+        let_time_pass();                 /* off it, briefly */
+        rperf_ev_resumed(pt);
+        if (pt->cpu_mark != mark) marks++;
+        mark = pt->cpu_mark;
+    }
+    /* 50 switches in ~2 ms: a reading per quarter interval, not per event */
+    RPERF_CHECK(marks <= 15);
+    int before = captures;
+    memcpy(stack, b, sizeof(stack));     /* a call that releases the GVL ... */
+    rperf_ev_suspended(pt);
+    int64_t off0 = rperf__native_cpu_ns();
+    let_ns_pass(1000000);                /* ... and burns 1 ms of CPU without it */
+    int64_t off = rperf__native_cpu_ns() - off0;
+    rperf_ev_resumed(pt);
+    RPERF_CHECK_EQ(captures, before + 1);
+    memcpy(stack, a, sizeof(stack));
+    let_time_pass();
+    rperf_ev_suspended(pt);
+    rperf_ev_exited(pt);
+    int64_t spent = rperf__native_cpu_ns() - c0;
+    rperf_engine_stop();
+    cpu_sums_t s = { frame_id_of(0x4000), 0, 0 };
+    RPERF_CHECK(s.leaf_id != 0);
+    rperf_result_each_aggregated(sum_cpu, &s);
+    /* the releasing stack gets the off-GVL CPU, never more than it burned
+     * plus the events' own bookkeeping */
+    RPERF_CHECK(s.leaf >= off / 2);
+    RPERF_CHECK(s.leaf <= off + 100000);
+    /* every nanosecond once: the readings lie between c0 and the end */
+    RPERF_CHECK(s.total <= spent);
+    RPERF_CHECK(s.total >= spent - 200000);
+    rperf_engine_release();
+}
+
+/* A thread resumed on another native thread (M:N) cannot combine the two
+ * threads' clocks: from then on it reads the clock at every SUSPENDED. */
+RPERF_TEST(cpu_mode_thread_that_moves_reads_at_every_suspend)
+{
+    start_at(1000, RPERF_CLOCK_CPU);
+    depth = 3;
+    rperf_thread_t *pt = rperf_thread_new(RPERF_THREAD_CREATED);
+    rperf_ev_resumed(pt);
+    let_time_pass();
+    rperf_ev_suspended(pt);              /* short: left open */
+    RPERF_CHECK(pt->cpu_mark >= 0);
+    pthread_t other;
+    RPERF_CHECK_EQ(pthread_create(&other, NULL, resume_and_suspend_elsewhere, pt), 0);
+    pthread_join(other, NULL);
+    RPERF_CHECK_EQ(pt->migrates, 1);
+    RPERF_CHECK_EQ(pt->cpu_mark, -1);   /* closed with a reading there */
+    rperf_ev_resumed(pt);
+    rperf_ev_exited(pt);
+    rperf_engine_stop();
+    rperf_engine_release();
+}
+
 int main(void)
 {
     rperf_engine_init(&host);
@@ -241,5 +348,7 @@ int main(void)
                      RPERF_CASE(tokens_never_name_state_of_another_run),
                      RPERF_CASE(short_gvl_blocks_capture_nothing_and_ride_on_the_next_sample),
                      RPERF_CASE(long_gvl_block_is_recorded_at_resumed_on_its_own_stack),
-                     RPERF_CASE(threads_announced_but_not_run_are_unsettled));
+                     RPERF_CASE(threads_announced_but_not_run_are_unsettled),
+                     RPERF_CASE(cpu_mode_quick_switches_read_the_clock_rarely_and_keep_the_sums),
+                     RPERF_CASE(cpu_mode_thread_that_moves_reads_at_every_suspend));
 }
