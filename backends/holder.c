@@ -107,10 +107,15 @@ static bool mn_main;              /* RUBY_MN_THREADS: main Ractor is M:N */
 
 /* ---- the holder table (own context: thread hooks and the job) ---------------- */
 
-/* Leave the slot's HOLDS_* state, keeping main_holder / other_holders right. */
+/* Leave the slot's HOLDS_* state, keeping main_holder / other_holders right.
+ * Only the slot's own native thread writes its state while a run is live
+ * (clear_table runs with nothing inside enter/leave), so a load and a
+ * release store do what an exchange would, without a locked instruction
+ * inside Ruby's scheduler lock. */
 static void set_holds(int i, int holds)
 {
-    int was = atomic_exchange_explicit(&table[i].holds, holds, memory_order_acq_rel);
+    int was = atomic_load_explicit(&table[i].holds, memory_order_relaxed);
+    if (was != holds) atomic_store_explicit(&table[i].holds, holds, memory_order_release);
     if (was == HOLDS_OTHER && holds != HOLDS_OTHER)
         atomic_fetch_sub_explicit(&other_holders, 1, memory_order_relaxed);
     else if (was != HOLDS_OTHER && holds == HOLDS_OTHER)

@@ -60,6 +60,8 @@ typedef struct rperf_nt {
     uint64_t run_id;         /* run in which cur was set (stale otherwise) */
     uint64_t switches;       /* RESUMED count on this native thread */
     int64_t resumed_mono;    /* CLOCK_MONOTONIC at its last RESUMED */
+    int64_t ready_mono;      /* at the last READY seen here (rperf_ev_ready_here) */
+    uint64_t ready_switches; /* `switches` then: names the suspension it ends */
     int32_t tid;
     uint32_t stripe;         /* 1 + its quiescence stripe (engine.c); 0: none yet */
 } rperf_nt_t;
@@ -77,6 +79,8 @@ struct rperf_thread {
     int64_t cpu_mark;              /* native CPU clock reading that opens the current
                                       on-GVL interval, -1 when closed (cpu mode) */
     int64_t mark_mono;             /* monotonic time of that reading */
+    int64_t mark_idle;             /* of the wall time since, how much was spent
+                                      waiting for the GVL after READY (no CPU) */
     int64_t last_cpu;              /* cpu_acc-based time at the last sample */
     int64_t last_wall;             /* monotonic time at the last sample */
     int64_t susp_wall;             /* SUSPENDED time (0: none pending) */

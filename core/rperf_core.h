@@ -154,6 +154,10 @@ void rperf_thread_attach_current(rperf_thread_t *pt);
 void rperf_ev_resumed(rperf_thread_t *pt);   /* own, GVL held by pt */
 void rperf_ev_suspended(rperf_thread_t *pt); /* own, before the hand-off */
 void rperf_ev_ready(rperf_thread_t *pt);     /* any native thread */
+/* own native thread, no enter/leave needed (it touches only this native
+ * thread's state): READY of the Ruby thread that last SUSPENDED here, which
+ * the host knows by its own identity check (a blocking region's end). */
+void rperf_ev_ready_here(void);
 void rperf_ev_exited(rperf_thread_t *pt);    /* own, after SUSPENDED */
 void rperf_ev_gc(int phase_event);           /* own, inside GC */
 enum { RPERF_GC_START, RPERF_GC_END_MARK, RPERF_GC_END_SWEEP,

@@ -177,6 +177,7 @@ void rperf_thread_attach_current(rperf_thread_t *pt)
     settle_fresh(pt);
     pt->cpu_mark = native_cpu_if_needed();
     pt->mark_mono = rperf__mono_ns();
+    pt->mark_idle = 0;
     pt->last_cpu = pt->cpu_acc;
     pt->susp_wall = 0;
     set_current(pt);
@@ -266,6 +267,34 @@ void rperf_ev_ready(rperf_thread_t *pt)
     atomic_store_explicit(&pt->ready_wall, rperf__mono_ns(), memory_order_relaxed);
 }
 
+void rperf_ev_ready_here(void)
+{
+    rperf_nt_t *nt = &nt_tls;
+    nt->ready_mono = rperf__mono_ns();
+    nt->ready_switches = nt->switches;
+}
+
+/* own, at RESUMED: when pt became ready since its SUSPENDED, 0 if unknown.
+ * A READY on this native thread counts if no RESUMED came here since pt
+ * suspended here (the host saw pt's identity); otherwise the one stored on
+ * pt by rperf_ev_ready, if any (cleared at SUSPENDED). */
+static int64_t ready_since_suspended(rperf_thread_t *pt, rperf_nt_t *nt, int64_t mono)
+{
+    int64_t susp = pt->susp_wall;
+    int64_t ready = 0;
+    if (pt->susp_nt == nt && nt->ready_switches == pt->susp_switches && nt->ready_mono >= susp)
+        ready = nt->ready_mono;
+    int64_t other = atomic_load_explicit(&pt->ready_wall, memory_order_relaxed);
+    if (other > 0) {
+        /* READY came before this RESUMED, and the next one comes only after
+         * the next SUSPENDED: a plain read and clear suffice (no locked
+         * instruction inside the scheduler's lock). */
+        atomic_store_explicit(&pt->ready_wall, 0, memory_order_relaxed);
+        if (other > ready) ready = other;
+    }
+    return ready < susp || ready > mono ? 0 : ready;
+}
+
 /* cpu mode, at RESUMED (own): settle the CPU time of the interval that
  * ended at SUSPENDED and of the time off the GVL since, and open the next
  * on-GVL interval. Returns the clock reading now open (cpu_mark).
@@ -277,36 +306,52 @@ void rperf_ev_ready(rperf_thread_t *pt)
  * native thread leaves it open here too: that CPU time would only be kept
  * pending for the next sample anyway, which reads the clock itself, so
  * the sums are the same as with a reading at every event. Only a long
- * stretch off the GVL needs the split (its CPU time is charged to the stack
- * that released the GVL): then the on-GVL part of the open interval is
- * taken as at most its wall time, so what is charged to the releasing call
- * is never more than its own CPU time, and short by at most the time the
- * kernel took the thread off its CPU during that short interval. */
+ * stretch off the GVL before READY (after it the thread only waits for its
+ * turn) needs the split (its CPU time is charged to the stack that
+ * released the GVL): then the part of the open interval before SUSPENDED
+ * is taken as at most its wall time less its waits for the GVL (mark_idle),
+ * so what is charged to the releasing call is never more than its own CPU
+ * time, and short by at most the rest of that wall time the thread spent
+ * off its CPU (preempted, or blocked briefly): less than a quarter
+ * interval, since SUSPENDED reads the clock past that. */
 static int64_t resume_cpu(rperf_thread_t *pt, rperf_nt_t *nt, int64_t mono)
 {
     bool same_nt = pt->susp_nt == nt && pt->susp_switches + 1 == nt->switches;
     bool open = pt->cpu_mark >= 0;             /* not read at SUSPENDED */
-    int64_t off_wall = pt->susp_wall > 0 ? mono - pt->susp_wall : 0;
+    /* CPU time off the GVL is burned before READY: after it the thread only
+     * waits for its turn. Without a READY seen, the whole absence counts. */
+    int64_t off_wall = 0, waited = 0;
+    if (pt->susp_wall > 0) {
+        int64_t ready = ready_since_suspended(pt, nt, mono);
+        off_wall = (ready ? ready : mono) - pt->susp_wall;
+        waited = ready ? mono - ready : 0;
+    }
     if (same_nt && off_wall < threshold_ns()) {
-        if (open) return pt->cpu_mark;          /* the interval goes on */
+        if (open) {                             /* the interval goes on */
+            pt->mark_idle += waited;
+            return pt->cpu_mark;
+        }
         /* closed at SUSPENDED, nothing else ran here since: that reading
          * opens the next interval (the same sums as reading now) */
         pt->mark_mono = pt->susp_wall;
+        pt->mark_idle = waited;
         return pt->susp_native_cpu;
     }
+    /* wall time of the open interval that may hold CPU time (not waits) */
+    int64_t busy = pt->susp_wall - pt->mark_mono - pt->mark_idle;
     int64_t native = rperf__native_cpu_ns();
     if (!same_nt) {
         /* Another native thread's clock (M:N, or another Ruby thread ran
          * on this one): the CPU time off the GVL is not measurable. An
          * interval left open is counted as its wall time (short, see
          * suspended); from now on this thread reads at every SUSPENDED. */
-        if (open && pt->susp_wall > pt->mark_mono) pt->cpu_acc += pt->susp_wall - pt->mark_mono;
+        if (open && busy > 0) pt->cpu_acc += busy;
         if (pt->susp_nt) pt->migrates = 1;
     } else {
         int64_t off;
         if (open) {
             int64_t total = native - pt->cpu_mark;
-            int64_t on = pt->susp_wall - pt->mark_mono;
+            int64_t on = busy;
             if (on > total) on = total;
             if (on < 0) on = 0;
             pt->cpu_acc += on;
@@ -326,6 +371,7 @@ static int64_t resume_cpu(rperf_thread_t *pt, rperf_nt_t *nt, int64_t mono)
         if (off > 0) pt->cpu_acc += off;    /* pending: goes to the next sample */
     }
     pt->mark_mono = mono;
+    pt->mark_idle = 0;
     return native;
 }
 
@@ -335,12 +381,7 @@ static void resume_wall(rperf_thread_t *pt, int64_t mono)
 {
     if (pt->susp_wall <= 0) return;
     int64_t susp = pt->susp_wall;
-    /* READY came before this RESUMED, and the next one comes only after the
-     * next SUSPENDED: a plain read and clear suffice (no locked instruction
-     * inside the scheduler's lock). */
-    int64_t ready = atomic_load_explicit(&pt->ready_wall, memory_order_relaxed);
-    atomic_store_explicit(&pt->ready_wall, 0, memory_order_relaxed);
-    if (ready < susp || ready > mono) ready = 0;
+    int64_t ready = ready_since_suspended(pt, &nt_tls, mono);
     int64_t blocked = (ready ? ready : mono) - susp;
     int64_t wait = ready ? mono - ready : 0;
     if (blocked > 0) pt->pend_blocked += blocked;
@@ -371,6 +412,7 @@ void rperf_ev_resumed(rperf_thread_t *pt)
         pt->last_wall = mono;
         pt->cpu_mark = native_cpu_if_needed();
         pt->mark_mono = mono;
+        pt->mark_idle = 0;
     } else if (wall_mode()) {
         resume_wall(pt, mono);
     } else {
@@ -386,7 +428,8 @@ void rperf_ev_resumed(rperf_thread_t *pt)
  * reading, or leave it open when it is short (resume_cpu). */
 static void suspend_cpu(rperf_thread_t *pt, int64_t mono)
 {
-    if (pt->cpu_mark >= 0 && !pt->migrates && mono - pt->mark_mono < threshold_ns()) {
+    if (pt->cpu_mark >= 0 && !pt->migrates &&
+        mono - pt->mark_mono - pt->mark_idle < threshold_ns()) {
         pt->susp_native_cpu = -1;
         return;
     }

@@ -10,8 +10,10 @@
  * tells the engine a thread's Ractor (main = 1) before the backend's
  * thread_resumed runs; a thread of a Ractor with no number yet then
  * triggers the job on itself (rb_postponed_job_trigger, as from a signal
- * handler), so its Ractor is numbered without waiting for a tick. In cpu
- * mode READY returns at once (only wall mode splits blocked from wait time).
+ * handler), so its Ractor is numbered without waiting for a tick. READY of
+ * the thread that last suspended on the same native thread only stamps this
+ * native thread's state (no enter/leave, see suspended_here); any other
+ * READY is handled in wall mode only (cpu mode needs no wait time).
  * gc_hook runs inside GC on the thread
  * that runs the GC step: no allocation, no Ruby calls. install/remove run
  * with the GVL held (never from inside a hook).
@@ -39,16 +41,27 @@ static int gc_hook_installed;         /* the main Ractor's GC hook */
  * without removing the hook (which a fork child must not do): the hook
  * stays subscribed and returns before any work in cpu mode. */
 static _Atomic bool ready_wanted;
+/* The Ruby thread that last SUSPENDED on this native thread. Its READY on
+ * the same native thread (the end of a blocking region: IO, sleep, C calls
+ * that release the GVL) needs no state lookup and no enter/leave: the
+ * engine keeps the time in this native thread's state
+ * (rperf_ev_ready_here). READY on another native thread (a Queue or Mutex
+ * waker readying a sleeper) takes the general path, in wall mode only. */
+static _Thread_local VALUE suspended_here __attribute__((tls_model("initial-exec")));
 
 static void thread_hook(rb_event_flag_t ev, const rb_internal_thread_event_data_t *data,
                         void *arg)
 {
     (void)arg;
-    if ((ev & RUBY_INTERNAL_THREAD_EVENT_READY) &&
-        !atomic_load_explicit(&ready_wanted, memory_order_relaxed))
-        return;
-    if (!rperf_engine_enter()) return;
     VALUE th = data->thread;
+    if (ev & RUBY_INTERNAL_THREAD_EVENT_READY) {
+        if (th == suspended_here) {
+            rperf_ev_ready_here();
+            return;
+        }
+        if (!atomic_load_explicit(&ready_wanted, memory_order_relaxed)) return;
+    }
+    if (!rperf_engine_enter()) return;
     rperf_thread_t *pt = rperf_rb_thread_state(th);
     if (ev & RUBY_INTERNAL_THREAD_EVENT_STARTED) {
         if (!pt) {
@@ -74,6 +87,7 @@ static void thread_hook(rb_event_flag_t ev, const rb_internal_thread_event_data_
         }
     } else if (ev & RUBY_INTERNAL_THREAD_EVENT_SUSPENDED) {
         if (pt) rperf_ev_suspended(pt);
+        suspended_here = th;
     } else if (ev & RUBY_INTERNAL_THREAD_EVENT_READY) {
         if (pt) rperf_ev_ready(pt);
     } else if (ev & RUBY_INTERNAL_THREAD_EVENT_EXITED) {
@@ -81,6 +95,7 @@ static void thread_hook(rb_event_flag_t ev, const rb_internal_thread_event_data_
             rperf_ev_exited(pt);
             rperf_rb_thread_state_set(th, NULL);
         }
+        suspended_here = 0;
     }
     rperf_engine_leave();
 }

@@ -8,7 +8,10 @@
  * an earlier run, or of a thread already freed, name nothing; in wall mode a
  * GVL switch captures no stack unless its blocked/wait time is worth a
  * sample, short ones ride on the next sample with their time intact; the
- * engine counts threads announced but not yet run (unsettled).
+ * engine counts threads announced but not yet run (unsettled); cpu mode
+ * reads the thread CPU clock only where a split needs it and keeps its
+ * sums exact; READY on the suspending native thread splits blocked from
+ * wait time.
  * Context: a plain C program (no Ruby); the test thread plays every Ruby
  * thread's "own" context in turn, the engine's worker runs for real.
  */
@@ -188,19 +191,26 @@ RPERF_TEST(short_gvl_blocks_capture_nothing_and_ride_on_the_next_sample)
     rperf_engine_release();
 }
 
-RPERF_TEST(long_gvl_block_is_recorded_at_resumed_on_its_own_stack)
+/* Wall mode, threshold 25 us: a thread blocks 60 us, becomes READY (through
+ * the slow path, or through the same-native-thread fast path when `here`),
+ * waits 30 us for the GVL and resumes. Returns the run's GVL sums; the
+ * number of stacks captured at that RESUMED goes to *captured_at_resume. */
+static gvl_sums_t block_60us_then_wait_30us(bool here, int *captured_at_resume)
 {
-    start_wall_at(10000);            /* threshold: 25 us */
+    start_wall_at(10000);
     depth = 3;
     rperf_thread_t *pt = rperf_thread_new(RPERF_THREAD_CREATED);
     rperf_ev_resumed(pt);
     rperf_ev_suspended(pt);
     let_ns_pass(60000);
-    rperf_ev_ready(pt);
+    if (here)
+        rperf_ev_ready_here();
+    else
+        rperf_ev_ready(pt);
     let_ns_pass(30000);
     int before = captures;
     rperf_ev_resumed(pt);
-    RPERF_CHECK_EQ(captures, before + 1);
+    *captured_at_resume = captures - before;
     RPERF_CHECK_EQ(pt->pend_blocked, 0);
     RPERF_CHECK_EQ(pt->pend_wait, 0);
     rperf_ev_suspended(pt);
@@ -208,9 +218,17 @@ RPERF_TEST(long_gvl_block_is_recorded_at_resumed_on_its_own_stack)
     rperf_engine_stop();
     gvl_sums_t g = { 0, 0, 0 };
     rperf_result_each_aggregated(sum_types, &g);
+    rperf_engine_release();
+    return g;
+}
+
+RPERF_TEST(long_gvl_block_is_recorded_at_resumed_on_its_own_stack)
+{
+    int captured;
+    gvl_sums_t g = block_60us_then_wait_30us(false, &captured);
+    RPERF_CHECK_EQ(captured, 1);
     RPERF_CHECK(g.blocked >= 60000);
     RPERF_CHECK(g.wait >= 30000);
-    rperf_engine_release();
 }
 
 RPERF_TEST(threads_announced_but_not_run_are_unsettled)
@@ -339,6 +357,38 @@ RPERF_TEST(cpu_mode_thread_that_moves_reads_at_every_suspend)
     rperf_engine_release();
 }
 
+/* READY seen on the native thread where the thread suspended (the end of
+ * a blocking region) is kept in that native thread's state: wall mode
+ * splits blocked from wait time with it, cpu mode knows the thread only
+ * waited for its turn after it (no CPU to split off: no clock read, no
+ * capture). */
+RPERF_TEST(ready_on_the_same_native_thread_splits_blocked_from_wait)
+{
+    int captured;
+    gvl_sums_t g = block_60us_then_wait_30us(true, &captured);
+    RPERF_CHECK_EQ(captured, 1);
+    RPERF_CHECK(g.blocked >= 60000);
+    RPERF_CHECK(g.blocked < 90000);     /* the wait is not counted as blocked */
+    RPERF_CHECK(g.wait >= 30000);
+
+    start_at(1000, RPERF_CLOCK_CPU);     /* threshold: 250 us */
+    depth = 3;
+    rperf_thread_t *pt = rperf_thread_new(RPERF_THREAD_CREATED);
+    rperf_ev_resumed(pt);
+    rperf_ev_suspended(pt);
+    rperf_ev_ready_here();               /* blocked for no time ... */
+    int64_t mark = pt->cpu_mark;
+    let_ns_pass(1000000);                /* ... then a long wait for the GVL */
+    int before = captures;
+    rperf_ev_resumed(pt);
+    RPERF_CHECK_EQ(captures, before);    /* nothing charged to the releasing call */
+    RPERF_CHECK_EQ(pt->cpu_mark, mark);  /* and no clock read */
+    rperf_ev_suspended(pt);
+    rperf_ev_exited(pt);
+    rperf_engine_stop();
+    rperf_engine_release();
+}
+
 int main(void)
 {
     rperf_engine_init(&host);
@@ -350,5 +400,6 @@ int main(void)
                      RPERF_CASE(long_gvl_block_is_recorded_at_resumed_on_its_own_stack),
                      RPERF_CASE(threads_announced_but_not_run_are_unsettled),
                      RPERF_CASE(cpu_mode_quick_switches_read_the_clock_rarely_and_keep_the_sums),
-                     RPERF_CASE(cpu_mode_thread_that_moves_reads_at_every_suspend));
+                     RPERF_CASE(cpu_mode_thread_that_moves_reads_at_every_suspend),
+                     RPERF_CASE(ready_on_the_same_native_thread_splits_blocked_from_wait));
 }
