@@ -43,6 +43,12 @@
 #             (thousands): how much of the RSS is Ruby objects
 #   req/s     requests of the window / their wall time (client side for the
 #             server part); the snapshot is not inside it (snap ms)
+#   cpu µs    the served process's CPU (CLOCK_PROCESS_CPUTIME_ID: every
+#             thread, the profiler's timer and worker included) per request
+#             over the window, the snapshot excluded; +µs/req in the summary
+#             is the per-window difference against off (median): the
+#             profiler's CPU per request, less noisy than req/s on a loaded
+#             machine (client and server share the 2 cores here)
 #   samples   sampling_count of the window; sets = non-empty label sets in
 #             the table (the window's new sets + the last window's,
 #             quarantined for late samples); used = distinct sets the
@@ -150,6 +156,10 @@ module RperfSoak
     Process.clock_gettime(Process::CLOCK_MONOTONIC)
   end
 
+  def cpu_now
+    Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID)
+  end
+
   # wall ms of one forced minor GC without sweeping (GC.stat counts whole
   # milliseconds only), median of 5
   def forced_minor_mark_ms
@@ -201,6 +211,7 @@ module RperfSoak
       puts JSON.generate("ready" => true)
     end
     gc0 = GC.stat
+    cpu0 = cpu_now
     while (line = $stdin.gets)
       cmd, from, count, urls = line.split
       break if cmd == "quit"
@@ -219,8 +230,10 @@ module RperfSoak
         end
         fig = { "secs" => mono - t, "bad" => bad }
       end
+      fig["cpu_s"] = cpu_now - cpu0 # the window's requests, not its snapshot
       fig.merge!(window_end(config, gc0))
       gc0 = GC.stat
+      cpu0 = cpu_now
       puts JSON.generate(fig)
     end
     server&.shutdown
@@ -325,6 +338,9 @@ module RperfSoak
 
   def rps(fig) = fig["requests"] / fig["secs"]
 
+  # process CPU (every thread of the served process) per request, in µs
+  def cpu_us(fig) = fig["cpu_s"] * 1e6 / fig["requests"]
+
   def ms_per_minor(fig) = fig["major"].zero? && fig["minor"].positive? ? fig["gc_ms"].to_f / fig["minor"] : nil
 
   def fmt(v, spec = "%.2f") = v.nil? ? "-" : format(spec, v)
@@ -333,14 +349,14 @@ module RperfSoak
     out.puts
     out.puts "== #{res['part']}: #{res['requests']} requests over #{res['urls']} URLs, " \
              "snapshot(clear: true) every #{res['window']}"
-    out.puts format("%-3s %-10s %8s %9s %8s %5s %7s %5s %4s %8s %7s %7s %7s %7s %6s %6s %5s %4s %8s",
-                    "win", "config", "req/s", "rss MiB", "heap MiB", "old k", "gc ms", "minor", "maj", "ms/minor", "mark ms",
+    out.puts format("%-3s %-10s %8s %7s %9s %8s %5s %7s %5s %4s %8s %7s %7s %7s %7s %6s %6s %5s %4s %8s",
+                    "win", "config", "req/s", "cpu µs", "rss MiB", "heap MiB", "old k", "gc ms", "minor", "maj", "ms/minor", "mark ms",
                     "snap ms", "samples", "stacks", "sets", "used", "ovf", "drop", "prof MiB")
     res["windows"].each_with_index do |row, w|
       res["configs"].each do |c|
         f = row[c]
-        out.puts format("%-3d %-10s %8.0f %9.1f %8.1f %5d %7d %5d %4d %8s %7s %7.1f %7s %7s %6s %6s %5s %4s %8s",
-                        w + 1, c, rps(f), f["rss_kib"] / 1024.0, f["heap_kib"] / 1024.0, f["old_k"], f["gc_ms"], f["minor"], f["major"],
+        out.puts format("%-3d %-10s %8.0f %7.1f %9.1f %8.1f %5d %7d %5d %4d %8s %7s %7.1f %7s %7s %6s %6s %5s %4s %8s",
+                        w + 1, c, rps(f), cpu_us(f), f["rss_kib"] / 1024.0, f["heap_kib"] / 1024.0, f["old_k"], f["gc_ms"], f["minor"], f["major"],
                         fmt(ms_per_minor(f)), fmt(f["mark_ms"], "%.3f"), f["snap_ms"],
                         f["samples"] || "-", f["stacks"] || "-", f["sets"] || "-", f["used"] || "-",
                         f["ovf"] || "-", f["drop"] || "-",
@@ -357,6 +373,7 @@ module RperfSoak
       s = { "rss_growth" => rss.size >= 2 ? rss.last.to_f / rss[1] : nil,
             "rss_max_over_w2" => rss.size >= 2 ? rss[1..].max.to_f / rss[1] : nil,
             "rps" => median(ws.map { |r| rps(r[c]) }),
+            "cpu_us" => median(ws.map { |r| cpu_us(r[c]) }),
             "gc_ms" => median(ws.map { |r| r[c]["gc_ms"] }),
             "mark_ms" => median(ws.map { |r| r[c]["mark_ms"] }),
             "ms_per_minor" => median(ws.map { |r| ms_per_minor(r[c]) }),
@@ -364,6 +381,7 @@ module RperfSoak
       if res["configs"].include?("off") && c != "off"
         ratio = ->(&f) { median(ws.map { |r| (a = f.call(r[c])) && (b = f.call(r["off"])) && b.positive? ? a.to_f / b : nil }) }
         s["rps_ratio"] = ratio.call { |f| rps(f) }
+        s["cpu_extra_us"] = median(ws.map { |r| cpu_us(r[c]) - cpu_us(r["off"]) })
         s["gc_ratio"] = ratio.call { |f| f["gc_ms"] }
         s["mark_ratio"] = ratio.call { |f| f["mark_ms"] }
         s["ms_per_minor_ratio"] = ratio.call { |f| ms_per_minor(f) }
@@ -376,12 +394,13 @@ module RperfSoak
     sum = summary(res)
     out.puts
     out.puts "-- #{res['part']}: medians over windows; ratios are per-window profiled/off, median"
-    out.puts format("%-10s %8s %8s %10s %9s %9s %10s %11s %8s %8s %8s %6s %5s",
-                    "config", "req/s", "rps/off", "rss w_n/w2", "max/w2", "gc ms", "gc/off", "ms/minor",
+    out.puts format("%-10s %8s %8s %7s %7s %10s %9s %9s %10s %11s %8s %8s %8s %6s %5s",
+                    "config", "req/s", "rps/off", "cpu µs", "+µs/req", "rss w_n/w2", "max/w2", "gc ms", "gc/off", "ms/minor",
                     "/off", "mark ms", "/off", "bad", "drop")
     sum.each do |c, s|
-      out.puts format("%-10s %8.0f %8s %10s %9s %9.1f %10s %11s %8s %8.3f %8s %6d %5d",
-                      c, s["rps"], fmt(s["rps_ratio"], "%.3f"), fmt(s["rss_growth"], "%.3f"),
+      out.puts format("%-10s %8.0f %8s %7.1f %7s %10s %9s %9.1f %10s %11s %8s %8.3f %8s %6d %5d",
+                      c, s["rps"], fmt(s["rps_ratio"], "%.3f"), s["cpu_us"], fmt(s["cpu_extra_us"], "%.1f"),
+                      fmt(s["rss_growth"], "%.3f"),
                       fmt(s["rss_max_over_w2"], "%.3f"), s["gc_ms"], fmt(s["gc_ratio"]),
                       fmt(s["ms_per_minor"]), fmt(s["ms_per_minor_ratio"]), s["mark_ms"],
                       fmt(s["mark_ratio"]), s["bad"], s["drop"])
