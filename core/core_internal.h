@@ -93,6 +93,10 @@ struct rperf_thread {
      * intervals wait for a sample to ride on, see thread_state.c) */
     int64_t pend_blocked;
     int64_t pend_wait;
+    /* both modes: [GC marking] / [GC sweeping] time not yet recorded (GC
+     * steps shorter than a quarter interval ride on the next sample too) */
+    int64_t pend_gc_mark;
+    int64_t pend_gc_sweep;
     _Atomic uint32_t ractor_id;    /* Ruby's Ractor id, 0 = not known yet */
     _Atomic uint32_t label_set_id;
     int32_t native_tid;
@@ -109,7 +113,6 @@ struct rperf_thread {
     uint32_t seq;
     uint64_t run_id;
     int64_t gc_enter_wall;
-    int64_t gc_enter_cpu;
 
     /* ring, consumer side: the worker writes these, the marker reads cons */
     struct rperf_ring_seg *_Atomic cons;

@@ -204,31 +204,72 @@ static void record_pending_gvl(rperf_thread_t *pt, int64_t mono, const rperf_fra
     }
 }
 
-/* Record the normal sample covering [last attributed point, now), and in
- * wall mode the GVL time pending since then on the same stack. */
+/* Time just recorded is no longer unattributed. */
+static void attributed(rperf_thread_t *pt, int64_t w)
+{
+    if (wall_mode()) pt->last_wall += w;
+    else pt->last_cpu += w;
+}
+
+/* GC steps are timed on the monotonic clock in both modes (a step never
+ * blocks, so its wall time is its CPU time but for a preemption; the thread
+ * CPU clock would cost two system calls per step, and lazy sweeping makes
+ * thousands of steps a second). cpu mode: the pending GC time is cut to
+ * `room`, the thread's unattributed CPU time, so the profile never holds
+ * more CPU time than the thread used. */
+static void clamp_pending_gc(rperf_thread_t *pt, int64_t room)
+{
+    if (room < 0) room = 0;
+    if (pt->pend_gc_mark > room) pt->pend_gc_mark = room;
+    if (pt->pend_gc_sweep > room - pt->pend_gc_mark) pt->pend_gc_sweep = room - pt->pend_gc_mark;
+}
+
+/* Record the [GC marking] / [GC sweeping] time still pending on `frames`
+ * (the stack of the sample it rides on, or of a step that made it worth a
+ * capture). What cannot be recorded (ring at its limit) stays pending. */
+static void record_pending_gc(rperf_thread_t *pt, int64_t mono, const rperf_frame_t *frames,
+                              int depth)
+{
+    if (pt->pend_gc_mark > 0 &&
+        rperf__ring_push(pt, RPERF_SAMPLE_GC_MARKING, pt->pend_gc_mark, mono, frames, depth)) {
+        attributed(pt, pt->pend_gc_mark);
+        pt->pend_gc_mark = 0;
+    }
+    if (pt->pend_gc_sweep > 0 &&
+        rperf__ring_push(pt, RPERF_SAMPLE_GC_SWEEPING, pt->pend_gc_sweep, mono, frames, depth)) {
+        attributed(pt, pt->pend_gc_sweep);
+        pt->pend_gc_sweep = 0;
+    }
+}
+
+/* Record the normal sample covering [last attributed point, now), less the
+ * GC (and in wall mode GVL) time pending since then, and that pending time
+ * on the same stack. */
 static void sample_now(rperf_thread_t *pt, int64_t mono, int64_t native, int64_t min_weight,
                        bool count_job)
 {
     int64_t weight;
-    int64_t cpu_now = 0;
     if (rperf__engine.cfg.clock == RPERF_CLOCK_CPU) {
         if (pt->cpu_mark < 0) return;
-        cpu_now = ruby_cpu_now(pt, native);
-        weight = cpu_now - pt->last_cpu;
+        int64_t room = ruby_cpu_now(pt, native) - pt->last_cpu;
+        clamp_pending_gc(pt, room);
+        weight = room - pt->pend_gc_mark - pt->pend_gc_sweep;
     } else {
-        weight = mono - pt->last_wall - pt->pend_blocked - pt->pend_wait;
+        weight = mono - pt->last_wall - pt->pend_blocked - pt->pend_wait - pt->pend_gc_mark -
+                 pt->pend_gc_sweep;
     }
-    if (weight <= 0 || weight < min_weight) return;
+    bool normal = weight > 0 && weight >= min_weight;
+    if (!normal && pt->pend_gc_mark + pt->pend_gc_sweep <= 0) return;
     rperf_frame_t frames[RPERF_MAX_DEPTH];
     int depth = capture(pt, frames);
     if (depth == 0) return;              /* keep the time pending */
-    if (!rperf__ring_push(pt, RPERF_SAMPLE_NORMAL, weight, mono, frames, depth)) return;
-    if (rperf__engine.cfg.clock == RPERF_CLOCK_CPU) {
-        pt->last_cpu = cpu_now;
-    } else {
-        pt->last_wall += weight;
-        record_pending_gvl(pt, mono, frames, depth);
+    if (normal) {
+        if (!rperf__ring_push(pt, RPERF_SAMPLE_NORMAL, weight, mono, frames, depth)) return;
+        attributed(pt, weight);
     }
+    record_pending_gc(pt, mono, frames, depth);
+    if (wall_mode()) record_pending_gvl(pt, mono, frames, depth);
+    if (!normal) return;
     /* A job run counts as a timer sample when it consumes triggered ticks
      * (coalesced ticks are consumed together). */
     if (count_job && atomic_exchange_explicit(&rperf__engine.outstanding, 0, memory_order_relaxed) > 0) {
@@ -473,16 +514,17 @@ void rperf_ev_exited(rperf_thread_t *pt)
         pt->cpu_acc += rperf__native_cpu_ns() - pt->cpu_mark;
         pt->cpu_mark = -1;
     }
+    if (!wall_mode()) clamp_pending_gc(pt, pt->cpu_acc - pt->last_cpu);
+    int64_t gc = pt->pend_gc_mark + pt->pend_gc_sweep;
     int64_t pending = rperf__engine.cfg.clock == RPERF_CLOCK_CPU
-        ? pt->cpu_acc - pt->last_cpu
+        ? pt->cpu_acc - pt->last_cpu - gc
         : (pt->susp_wall > 0 ? pt->susp_wall : mono) - pt->last_wall - pt->pend_blocked -
-              pt->pend_wait;
+              pt->pend_wait - gc;
     rperf_frame_t root = atomic_load_explicit(&pt->last_root, memory_order_relaxed);
     if (root) {
-        if (pending > 0 && rperf__ring_push(pt, RPERF_SAMPLE_NORMAL, pending, mono, &root, 1)) {
-            pt->last_cpu = pt->cpu_acc;
-            pt->last_wall += pending;
-        }
+        if (pending > 0 && rperf__ring_push(pt, RPERF_SAMPLE_NORMAL, pending, mono, &root, 1))
+            attributed(pt, pending);
+        record_pending_gc(pt, mono, &root, 1);
         record_pending_gvl(pt, mono, &root, 1);
     }
     settle_fresh(pt);
@@ -515,28 +557,28 @@ void rperf_ev_gc(int ev)
     }
     rperf_thread_t *pt = rperf_current_thread_sigsafe();
     if (!pt) return;
-    bool cpu = rperf__engine.cfg.clock == RPERF_CLOCK_CPU;
     if (ev == RPERF_GC_ENTER) {
         atomic_store(&gc_step_phase, atomic_load(&gc_phase));
         pt->gc_enter_wall = rperf__mono_ns();
-        pt->gc_enter_cpu = cpu ? rperf__native_cpu_ns() : 0;
         return;
     }
     /* GC_EXIT */
     if (pt->gc_enter_wall <= 0) return;
     int64_t mono = rperf__mono_ns();
-    int64_t w = cpu ? rperf__native_cpu_ns() - pt->gc_enter_cpu : mono - pt->gc_enter_wall;
+    int64_t w = mono - pt->gc_enter_wall;
     pt->gc_enter_wall = 0;
     if (w <= 0) return;
-    rperf_sample_type_t type = atomic_load(&gc_step_phase) == 2 ? RPERF_SAMPLE_GC_SWEEPING
-                                                                : RPERF_SAMPLE_GC_MARKING;
+    if (atomic_load(&gc_step_phase) == 2) pt->pend_gc_sweep += w;
+    else pt->pend_gc_mark += w;
+    /* Like short GVL blocks, short steps are not worth a stack capture
+     * each: they ride on the thread's next sample (bounded error: less than
+     * a quarter interval goes to that sample's stack). GC time worth a
+     * sample is recorded now, on the stack that ran the step. */
+    if (pt->pend_gc_mark + pt->pend_gc_sweep < threshold_ns()) return;
+    if (!wall_mode()) clamp_pending_gc(pt, ruby_cpu_now(pt, rperf__native_cpu_ns()) - pt->last_cpu);
     rperf_frame_t frames[RPERF_MAX_DEPTH];
     int depth = capture(pt, frames);
-    if (depth == 0) return;
-    if (!rperf__ring_push(pt, type, w, mono, frames, depth)) return;
-    /* This time is now attributed: keep it out of the next normal sample. */
-    if (cpu) pt->last_cpu += w;
-    else pt->last_wall += w;
+    if (depth > 0) record_pending_gc(pt, mono, frames, depth);
 }
 
 void rperf__gc_reset(void)

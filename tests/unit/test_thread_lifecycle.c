@@ -389,6 +389,87 @@ RPERF_TEST(ready_on_the_same_native_thread_splits_blocked_from_wait)
     rperf_engine_release();
 }
 
+typedef struct gc_sums {
+    int64_t mark, sweep, other;
+    int mark_n, sweep_n;
+} gc_sums_t;
+static int sum_gc(const rperf_result_sample_t *s, void *ctx)
+{
+    gc_sums_t *g = ctx;
+    if (s->frames[0] == RPERF_SAMPLE_GC_MARKING - 1) {
+        g->mark += s->weight;
+        g->mark_n++;
+    } else if (s->frames[0] == RPERF_SAMPLE_GC_SWEEPING - 1) {
+        g->sweep += s->weight;
+        g->sweep_n++;
+    } else {
+        g->other += s->weight;
+    }
+    return 0;
+}
+
+static void gc_step(int64_t ns)
+{
+    rperf_ev_gc(RPERF_GC_ENTER);
+    let_ns_pass(ns);
+    rperf_ev_gc(RPERF_GC_EXIT);
+}
+
+/* Lazy sweeping runs thousands of short GC steps a second: a step shorter
+ * than a quarter interval captures no stack; its time rides on the
+ * thread's next sample, typed, and none of it is lost or counted twice.
+ * GC time worth a sample is captured at once, on the stack that ran it. */
+RPERF_TEST(short_gc_steps_capture_nothing_and_ride_on_the_next_sample)
+{
+    for (int clock = RPERF_CLOCK_CPU; clock <= RPERF_CLOCK_WALL; clock++) {
+        start_at(1000, clock);           /* threshold: 250 us */
+        depth = 3;
+        rperf_thread_t *pt = rperf_thread_new(RPERF_THREAD_CREATED);
+        int64_t t0 = rperf__mono_ns();
+        rperf_ev_resumed(pt);
+        int before = captures;
+        rperf_ev_gc(RPERF_GC_START);
+        for (int i = 0; i < 5; i++) gc_step(20000);   /* 100 us of marking */
+        rperf_ev_gc(RPERF_GC_END_MARK);
+        for (int i = 0; i < 3; i++) gc_step(20000);   /* 60 us of sweeping */
+        rperf_ev_gc(RPERF_GC_END_SWEEP);
+        RPERF_CHECK_EQ(captures, before);             /* eight steps, no stack */
+        RPERF_CHECK(pt->pend_gc_mark >= 100000);
+        RPERF_CHECK(pt->pend_gc_sweep >= 60000);
+        let_time_pass();
+        rperf_sample_job(pt);            /* one capture carries all three */
+        RPERF_CHECK_EQ(captures, before + 1);
+        RPERF_CHECK_EQ(pt->pend_gc_mark, 0);
+        RPERF_CHECK_EQ(pt->pend_gc_sweep, 0);
+        rperf_ev_gc(RPERF_GC_START);
+        gc_step(300000);                 /* worth a sample: captured now */
+        RPERF_CHECK_EQ(captures, before + 2);
+        RPERF_CHECK_EQ(pt->pend_gc_mark, 0);
+        rperf_ev_gc(RPERF_GC_END_SWEEP);
+        gc_step(20000);                  /* left pending: settled at exit */
+        rperf_ev_suspended(pt);
+        rperf_ev_exited(pt);
+        int64_t elapsed = rperf__mono_ns() - t0;
+        rperf_engine_stop();
+        gc_sums_t g = { 0, 0, 0, 0, 0 };
+        rperf_result_each_aggregated(sum_gc, &g);
+        if (clock == RPERF_CLOCK_WALL) {
+            RPERF_CHECK(g.mark >= 400000);   /* 100 + 300 us, none lost */
+            RPERF_CHECK(g.sweep >= 60000);
+            RPERF_CHECK_EQ(g.mark_n, 2);     /* one record per capture, not per step */
+        } else {
+            /* cpu mode: steps are timed on the monotonic clock and cut to
+             * the thread's CPU time (a preempted step counts less) */
+            RPERF_CHECK(g.mark > 0 && g.sweep > 0);
+            RPERF_CHECK(g.mark_n >= 1 && g.mark_n <= 2);
+        }
+        /* nothing counted twice: the busy thread's weights add up to at
+         * most its wall time */
+        RPERF_CHECK(g.mark + g.sweep + g.other <= elapsed);
+        rperf_engine_release();
+    }
+}
+
 int main(void)
 {
     rperf_engine_init(&host);
@@ -401,5 +482,6 @@ int main(void)
                      RPERF_CASE(threads_announced_but_not_run_are_unsettled),
                      RPERF_CASE(cpu_mode_quick_switches_read_the_clock_rarely_and_keep_the_sums),
                      RPERF_CASE(cpu_mode_thread_that_moves_reads_at_every_suspend),
-                     RPERF_CASE(ready_on_the_same_native_thread_splits_blocked_from_wait));
+                     RPERF_CASE(ready_on_the_same_native_thread_splits_blocked_from_wait),
+                     RPERF_CASE(short_gc_steps_capture_nothing_and_ride_on_the_next_sample));
 }
