@@ -160,7 +160,7 @@ static int sig_start(const rperf_backend_config_t *cfg, char *err, size_t errlen
     if (rperf_tick_signal_install(cfg->signo, err, errlen) < 0) return -1;
     atomic_fetch_add(&gen, 1);
     atomic_store(&running, 1);
-    if (cfg->bootstrap) rperf_tick_signal_bootstrap();
+    if (cfg->bootstrap) rperf_tick_signal_bootstrap(cfg->bootstrap_skip, cfg->bootstrap_nskip);
     return 0;
 }
 

@@ -7,6 +7,7 @@
 #define RPERF_TICK_SIGNAL_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 /* GVL held: install the handler for signo (0 = SIGRTMIN+8). 0 or -1 + err. */
@@ -20,7 +21,7 @@ int rperf_tick_signal_number(void);
 /* GVL held: send the signal once to every other runnable task of the
  * process, so threads that hold a GVL since before the start (and may never
  * switch) register themselves from their own sampling job. */
-void rperf_tick_signal_bootstrap(void);
+void rperf_tick_signal_bootstrap(const int32_t *skip, size_t nskip);
 /* no GVL: deliver one tick to native thread `tid` of this process. */
 int rperf_tick_signal_send(pid_t tid);
 /* no GVL, no allocation: the kernel's state letter of task `tid` of this

@@ -98,7 +98,7 @@ int rperf_timer_thread_start(const rperf_backend_config_t *cfg, rperf_deliver_fn
     }
     sem_destroy(&up);   /* glibc: safe once sem_wait returned */
     started = 1;
-    if (cfg->bootstrap) rperf_tick_signal_bootstrap();
+    if (cfg->bootstrap) rperf_tick_signal_bootstrap(cfg->bootstrap_skip, cfg->bootstrap_nskip);
     return 0;
 }
 

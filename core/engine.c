@@ -178,7 +178,9 @@ int rperf_engine_start(const rperf_config_t *cfg, rperf_thread_t **caller,
      * signals may run at once in other Ractors and must find it on. */
     atomic_store(&rperf__engine.running, 1);
     rperf_backend_config_t bc = { .interval_ns = rperf__engine.interval_ns, .signo = cfg->signo,
-                                  .bootstrap = cfg->bootstrap };
+                                  .bootstrap = cfg->bootstrap,
+                                  .bootstrap_skip = cfg->bootstrap_skip,
+                                  .bootstrap_nskip = cfg->bootstrap_nskip };
     if (cfg->backend->start(&bc, err, errlen) < 0) {
         atomic_store(&rperf__engine.running, 0);
         wait_quiescent();

@@ -23,6 +23,10 @@ typedef struct rperf_backend_config {
     int64_t interval_ns;   /* 1e9 / frequency */
     int signo;             /* signal number for signal-driven backends (0 = default) */
     int bootstrap;         /* other Ractors run: reach their GVL holders at start */
+    /* Sorted native thread ids the bootstrap leaves out (the main Ractor's
+     * threads: the caller of start holds their GVL). Valid during start. */
+    const int32_t *bootstrap_skip;
+    size_t bootstrap_nskip;
 } rperf_backend_config_t;
 
 typedef struct rperf_backend_ops {

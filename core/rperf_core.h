@@ -78,6 +78,8 @@ typedef struct rperf_config {
     int signo;                /* signal for the signal backend (0 = default) */
     bool bootstrap;           /* other Ractors exist: signal every task once at
                                  start so their running threads register */
+    const int32_t *bootstrap_skip; /* sorted tids the bootstrap leaves out */
+    size_t bootstrap_nskip;
     const struct rperf_backend_ops *backend;
 } rperf_config_t;
 

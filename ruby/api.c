@@ -21,6 +21,7 @@
 #include <ruby/vm.h>
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static VALUE profiler_obj;
@@ -101,8 +102,12 @@ static VALUE c_start(int argc, VALUE *argv, VALUE self)
     rperf_thread_t *caller = NULL;
     /* before the engine runs: no label call can intern into the old table */
     rperf_rb_labels_reset(NUM2UINT(label_cap));
-    if (rperf_engine_start(&cfg, &caller, err, sizeof(err)) < 0)
-        rb_raise(rb_eRuntimeError, "%s", err);
+    int32_t *skip = NULL;   /* nothing between here and free() raises */
+    if (cfg.bootstrap) cfg.bootstrap_nskip = rperf_rb_main_thread_tids(&skip);
+    cfg.bootstrap_skip = skip;
+    int started = rperf_engine_start(&cfg, &caller, err, sizeof(err));
+    free(skip);
+    if (started < 0) rb_raise(rb_eRuntimeError, "%s", err);
     rperf_rb_thread_state_set(rb_thread_current(), caller);
     finish_at_exit = RTEST(finish);
     rperf_rb_hooks_install(cfg.clock == RPERF_CLOCK_WALL);

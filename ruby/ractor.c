@@ -142,6 +142,46 @@ bool rperf_rb_other_ractors_p(void)
     return true;
 }
 
+static int cmp_tid(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* GVL held, main Ractor, at start: the native thread ids of the main
+ * Ractor's threads (Thread.list, Thread#native_thread_id), sorted, in a
+ * malloc'd array (*out; NULL and 0 when there are none). They need no
+ * start-up bootstrap signal: while the caller holds the main Ractor's GVL
+ * none of them runs Ruby code, and each takes the GVL back through RESUMED,
+ * which the hooks see. Under RUBY_MN_THREADS=1 the main Ractor's threads
+ * run on shared native threads that may run another Ractor's thread by the
+ * time of the scan, so nothing is left out there. Nothing in between runs
+ * Ruby code (start is C from here on), so the list stays true for the scan. */
+size_t rperf_rb_main_thread_tids(int32_t **out)
+{
+    *out = NULL;
+    if (mn_main) return 0;
+    /* every call that may raise comes before the malloc */
+    VALUE list = rb_funcall(rb_cThread, rb_intern("list"), 0);
+    long n = RARRAY_LEN(list);
+    VALUE ids = rb_ary_new_capa(n);
+    ID native_id = rb_intern("native_thread_id");
+    for (long i = 0; i < n; i++) {
+        VALUE tid = rb_funcall(rb_ary_entry(list, i), native_id, 0);
+        if (FIXNUM_P(tid) && FIX2LONG(tid) > 0 && FIX2LONG(tid) <= INT32_MAX) rb_ary_push(ids, tid);
+    }
+    long k = RARRAY_LEN(ids);
+    if (k == 0) return 0;
+    int32_t *tids = malloc((size_t)k * sizeof(*tids));
+    if (!tids) return 0;
+    for (long i = 0; i < k; i++) tids[i] = (int32_t)FIX2LONG(rb_ary_entry(ids, i));
+    RB_GC_GUARD(list);
+    RB_GC_GUARD(ids);
+    qsort(tids, (size_t)k, sizeof(*tids), cmp_tid);
+    *out = tids;
+    return (size_t)k;
+}
+
 /* main Ractor, GVL held, at require time */
 void rperf_rb_ractor_init(void)
 {

@@ -33,6 +33,7 @@ void rperf_rb_ractor_init(void);
 uint32_t rperf_rb_ractor_prepare(void);
 uint32_t rperf_rb_ractor_peek(void);   /* RESUMED-safe: the id, 0 = other, unnumbered */
 bool rperf_rb_other_ractors_p(void);
+size_t rperf_rb_main_thread_tids(int32_t **out);   /* at start: sorted, malloc'd */
 size_t rperf_rb_thread_name(char *buf, size_t cap);
 
 /* labels.c */

@@ -16,10 +16,17 @@
  *   (pthread_cond_timedwait, never signalled), "mutex_timedlock" (a mutex
  *   a helper pthread holds for the whole run).
  * EintrProbe.kinds -> the kinds, in table order.
+ * EintrProbe.spin_without_gvl -> [signal numbers]
+ *   releases the GVL and spins (a runnable task, as C code doing work
+ *   outside the GVL is) with the real-time signals blocked on this thread,
+ *   until EintrProbe.stop_spin; returns the real-time signals that became
+ *   pending on the thread meanwhile (consumed, so none is delivered later).
+ *   EintrProbe.spinning? is true while a spin runs (the test's handshake).
  * Contexts: every method runs with the GVL held on the calling Ruby thread
- * and uses no Ruby API while it blocks; the helper pthreads are plain
- * pthreads that never touch Ruby. No Ruby API beyond defining methods and
- * converting arguments and results.
+ * and uses no Ruby API while it blocks (spin_without_gvl spins without the
+ * GVL and uses no Ruby API there); the helper pthreads are plain pthreads
+ * that never touch Ruby. No Ruby API beyond defining methods and converting
+ * arguments and results.
  */
 #include <ruby/ruby.h>
 
@@ -28,6 +35,8 @@
 #include <poll.h>
 #include <pthread.h>
 #include <semaphore.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -305,6 +314,62 @@ static VALUE probe_kinds(VALUE self)
     return a;
 }
 
+#include <ruby/thread.h>
+
+static atomic_int spin_state;   /* 1 spinning, 2 asked to stop */
+
+static void *spin_body(void *arg)
+{
+    sigset_t rt, old;
+    sigemptyset(&rt);
+    for (int s = SIGRTMIN; s <= SIGRTMAX; s++) sigaddset(&rt, s);
+    pthread_sigmask(SIG_BLOCK, &rt, &old);
+    atomic_store(&spin_state, 1);
+    while (atomic_load(&spin_state) == 1) {
+    }
+    sigset_t pend;
+    sigpending(&pend);
+    uint64_t *found = arg;
+    struct timespec zero = { 0, 0 };
+    for (int s = SIGRTMIN; s <= SIGRTMAX && s < 64; s++) {
+        if (!sigismember(&pend, s)) continue;
+        *found |= 1ull << s;
+        sigset_t one;
+        sigemptyset(&one);
+        sigaddset(&one, s);
+        while (sigtimedwait(&one, NULL, &zero) == s) {
+        }
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    atomic_store(&spin_state, 0);
+    return NULL;
+}
+
+static VALUE probe_spin(VALUE self)
+{
+    (void)self;
+    uint64_t found = 0;
+    rb_thread_call_without_gvl(spin_body, &found, NULL, NULL);
+    VALUE a = rb_ary_new();
+    for (int s = 0; s < 64; s++)
+        if (found & (1ull << s)) rb_ary_push(a, INT2NUM(s));
+    return a;
+}
+
+static VALUE probe_spinning(VALUE self)
+{
+    (void)self;
+    return atomic_load(&spin_state) == 1 ? Qtrue : Qfalse;
+}
+
+static VALUE probe_stop_spin(VALUE self)
+{
+    (void)self;
+    int one = 1;
+    atomic_compare_exchange_strong(&spin_state, &one, 2);
+    return Qnil;
+}
+
 void Init_eintr_probe(void);
 RUBY_FUNC_EXPORTED void Init_eintr_probe(void)
 {
@@ -312,4 +377,7 @@ RUBY_FUNC_EXPORTED void Init_eintr_probe(void)
     VALUE m = rb_define_module("EintrProbe");
     rb_define_module_function(m, "run", probe_run, 3);
     rb_define_module_function(m, "kinds", probe_kinds, 0);
+    rb_define_module_function(m, "spin_without_gvl", probe_spin, 0);
+    rb_define_module_function(m, "spinning?", probe_spinning, 0);
+    rb_define_module_function(m, "stop_spin", probe_stop_spin, 0);
 }
