@@ -132,6 +132,10 @@ struct rperf_thread {
 
     /* lifecycle */
     _Atomic int exited;
+    /* on the worker's urgent list (worker.c): set by the producer when its
+     * ring passes high water, cleared by the worker before it drains */
+    _Atomic int urgent;
+    rperf_thread_t *urgent_next;
     rperf_thread_t *_Atomic next;  /* registry list (push: CAS; unlink: worker) */
     ck_epoch_entry_t epoch_entry;
 };
@@ -139,6 +143,12 @@ struct rperf_thread {
 /* ---- ring encoding (ring.c) --------------------------------------------- */
 
 #define RPERF_RING_MAX_SLOTS (1u << 16)   /* a segment grows up to 512 KiB */
+/* A thread's first segment: small, from the heap. Most threads of a
+ * thread-per-connection server, and threads parked for the whole run,
+ * record a few samples (the blocked time of their first turn) and never
+ * need more; the first overflow chains a segment of the configured size
+ * (ring.c). */
+#define RPERF_RING_FIRST_SLOTS 256u       /* 2 KiB */
 
 typedef struct rperf_ring_seg {
     ck_ring_t ring;
@@ -225,8 +235,9 @@ int rperf__worker_start(void);
 void rperf__worker_stop(void);          /* final drain + join */
 void rperf__worker_pause(void);
 void rperf__worker_resume(void);
-void rperf__worker_wake(void);          /* own: a ring passed high water */
+void rperf__worker_wake_for(rperf_thread_t *pt); /* own: pt's ring passed high water */
 void rperf__worker_drain_all(void);     /* worker, or with worker parked */
+void rperf__worker_drain_urgent(void);  /* worker: the threads that asked only */
 void rperf__worker_fork_prepare(void);
 void rperf__worker_fork_parent(void);
 void rperf__worker_fork_child(void);

@@ -9,6 +9,12 @@
  *   w0 = label_set_id << 32 | depth << 16 | type << 4 | 1
  *   w1 = weight << 1 | 1           w2 = monotonic ns << 1 | 1
  *   depth frame words (untagged VALUEs), leaf first.
+ * A thread's first segment is small (RPERF_RING_FIRST_SLOTS words, from the
+ * heap): a thread that records a sample or two (its first turn's blocked
+ * time, then parked; a short connection thread) costs no mapping, page
+ * fault or unmapping, which on a VM with many threads cost more than the
+ * samples (docs/performance.md). The first overflow chains a segment of the
+ * configured size (pages).
  * A full ring never blocks. It grows instead: the producer chains a segment
  * 4x larger (up to RPERF_RING_MAX_SLOTS words) and writes there, the
  * consumer moves on once the old one is drained and frees it through the
@@ -33,11 +39,26 @@
 #define TAG(x) (((uintptr_t)(x) << 1) | 1u)
 #define UNTAG(x) ((int64_t)((x) >> 1))
 
+/* Segments up to RPERF_RING_FIRST_SLOTS words come from the heap, larger
+ * ones are page blocks (alloc.c): the size alone says which. */
+static ck_ring_buffer_t *buf_alloc(uint32_t slots)
+{
+    size_t bytes = (size_t)slots * sizeof(ck_ring_buffer_t);
+    return slots <= RPERF_RING_FIRST_SLOTS ? rperf__calloc(1, bytes) : rperf__alloc_pages(bytes);
+}
+
+static void buf_free(ck_ring_buffer_t *buf, uint32_t slots)
+{
+    size_t bytes = (size_t)slots * sizeof(ck_ring_buffer_t);
+    if (slots <= RPERF_RING_FIRST_SLOTS) rperf__free(buf, bytes);
+    else rperf__free_pages(buf, bytes);
+}
+
 static rperf_ring_seg_t *seg_new(uint32_t slots)
 {
     rperf_ring_seg_t *seg = rperf__calloc(1, sizeof(*seg));
     if (!seg) return NULL;
-    seg->buf = rperf__alloc_pages((size_t)slots * sizeof(ck_ring_buffer_t));
+    seg->buf = buf_alloc(slots);
     if (!seg->buf) {
         rperf__free(seg, sizeof(*seg));
         return NULL;
@@ -49,7 +70,7 @@ static rperf_ring_seg_t *seg_new(uint32_t slots)
 
 static void seg_free(rperf_ring_seg_t *seg)
 {
-    rperf__free_pages(seg->buf, (size_t)seg->slots * sizeof(ck_ring_buffer_t));
+    buf_free(seg->buf, seg->slots);
     rperf__free(seg, sizeof(*seg));
 }
 
@@ -59,10 +80,9 @@ static void seg_free_cb(ck_epoch_entry_t *e)
     seg_free((rperf_ring_seg_t *)((char *)e - offsetof(rperf_ring_seg_t, epoch_entry)));
 }
 
-/* No memory yet: the first push maps the first segment. A thread that never
- * records a sample (a short-lived thread that got no tick and never waited
- * long for the GVL) costs no ring at all, which keeps thread churn (a thread
- * per connection) off mmap/munmap and fresh page faults. */
+/* No memory yet: the first push allocates the (small) first segment. A
+ * thread that never records a sample (a short-lived thread that got no tick
+ * and never waited long for the GVL) costs no ring at all. */
 int rperf__ring_init(rperf_thread_t *pt, uint32_t slots)
 {
     pt->ring_slots0 = slots;
@@ -75,7 +95,8 @@ int rperf__ring_init(rperf_thread_t *pt, uint32_t slots)
  * (release: its initialised ring before the pointer). NULL: out of memory. */
 static rperf_ring_seg_t *ring_first(rperf_thread_t *pt)
 {
-    rperf_ring_seg_t *seg = seg_new(pt->ring_slots0);
+    uint32_t slots = pt->ring_slots0 < RPERF_RING_FIRST_SLOTS ? pt->ring_slots0 : RPERF_RING_FIRST_SLOTS;
+    rperf_ring_seg_t *seg = seg_new(slots);
     if (!seg) return NULL;
     pt->prod = seg;
     atomic_store_explicit(&pt->cons, seg, memory_order_release);
@@ -95,16 +116,20 @@ void rperf__ring_free(rperf_thread_t *pt)
     atomic_store_explicit(&pt->cons, NULL, memory_order_relaxed);
 }
 
-/* own: the producer's segment cannot take `need` more words. Chain a segment
- * 4x larger (up to RPERF_RING_MAX_SLOTS) so a busy thread whose worker is
- * slow to get a CPU keeps its samples; NULL when at the limit (or out of
- * memory): the caller drops the sample. The last write to the old segment
- * happens before `next` is published (release). */
+/* own: the producer's segment cannot take `need` more words. Chain the
+ * configured size after the small first segment, then segments 4x larger
+ * (up to RPERF_RING_MAX_SLOTS) so a busy thread whose worker is slow to get
+ * a CPU keeps its samples; NULL when at the limit (or out of memory): the
+ * caller drops the sample. The last write to the old segment happens before
+ * `next` is published (release). */
 static rperf_ring_seg_t *ring_grow(rperf_thread_t *pt, unsigned need)
 {
     uint32_t slots = pt->prod->slots;
     if (slots >= RPERF_RING_MAX_SLOTS) return NULL;
-    slots = slots * 4 > RPERF_RING_MAX_SLOTS ? RPERF_RING_MAX_SLOTS : slots * 4;
+    if (slots < pt->ring_slots0) slots = pt->ring_slots0;
+    else slots = slots * 4 > RPERF_RING_MAX_SLOTS ? RPERF_RING_MAX_SLOTS : slots * 4;
+    while (need + 1 > slots && slots < RPERF_RING_MAX_SLOTS)
+        slots = slots * 4 > RPERF_RING_MAX_SLOTS ? RPERF_RING_MAX_SLOTS : slots * 4;
     if (need + 1 > slots) return NULL;
     rperf_ring_seg_t *seg = seg_new(slots);
     if (!seg) return NULL;
@@ -144,8 +169,12 @@ bool rperf__ring_push(rperf_thread_t *pt, rperf_sample_type_t type, int64_t weig
         used = ck_ring_size(&seg->ring);
     }
     unsigned cap = seg->slots - 1;           /* ck_ring keeps one slot free */
-    if (used + need > cap) {
-        rperf__worker_wake();
+    /* The small first segment is for threads that record a sample or two:
+     * one that passes half full there moves on to the configured size at
+     * once, instead of waking the worker every few samples. */
+    bool first = seg->slots < initial;
+    if (used + need > (first ? cap / 2 : cap)) {
+        if (!first) rperf__worker_wake_for(pt);
         seg = ring_grow(pt, need);
         if (!seg) {
             atomic_fetch_add_explicit(&pt->dropped, 1, memory_order_relaxed);
@@ -164,7 +193,7 @@ bool rperf__ring_push(rperf_thread_t *pt, rperf_sample_type_t type, int64_t weig
     ck_ring_enqueue_spsc(&seg->ring, seg->buf, (void *)TAG(mono_ns));
     for (int i = 0; i < depth; i++)
         ck_ring_enqueue_spsc(&seg->ring, seg->buf, (void *)frames[i]);
-    if (used + need > cap / 2) rperf__worker_wake();
+    if (used + need > cap / 2) rperf__worker_wake_for(pt);
     return true;
 }
 

@@ -4,8 +4,11 @@
  * advances the epoch. It never calls the Ruby API and never blocks readers.
  *
  * Wake-ups cost ~25 us of CPU here, so it sleeps up to RPERF_WORKER_PERIOD_MS
- * and is woken sooner only when a ring passes half full (rperf__worker_wake,
- * called by producers).
+ * and is woken sooner only when a ring passes half full (rperf__worker_wake_for,
+ * called by producers). Such a wake drains only the rings that asked (the
+ * urgent list); every thread is visited (drained, exited ones unlinked) once
+ * per period. A busy thread at 10 kHz wakes the worker ~150 times a second,
+ * and visiting 1,000 parked threads each time cost more than the samples.
  *
  * Contexts: worker_main and rperf__worker_drain_all run on the worker thread;
  * start/stop/pause/resume on a GVL thread; wake in own context (never in a
@@ -25,6 +28,12 @@ static pthread_cond_t cv_ack;      /* pause acknowledgements */
 static int started;
 static int stop_req, pause_req, paused;   /* guarded by mu */
 static _Atomic int wake_flag;
+/* Threads whose ring passed high water since the worker last looked: a
+ * stack pushed by producers (CAS), taken whole by the worker (exchange), so
+ * there is no ABA. A thread is on it at most once (its `urgent` flag), and
+ * is not unlinked while the flag is set: only the worker clears the flag
+ * and unlinks threads. */
+static rperf_thread_t *_Atomic urgent_head;
 
 static void sink(rperf_thread_t *pt, const rperf_decoded_t *d, const uint32_t *ids, void *ctx)
 {
@@ -43,15 +52,29 @@ static void sink(rperf_thread_t *pt, const rperf_decoded_t *d, const uint32_t *i
         atomic_fetch_add_explicit(&pt->dropped, 1, memory_order_relaxed);
 }
 
+void rperf__worker_drain_urgent(void)
+{
+    rperf_thread_t *pt = atomic_exchange_explicit(&urgent_head, NULL, memory_order_acquire);
+    while (pt) {
+        rperf_thread_t *next = pt->urgent_next;
+        /* cleared before the drain: a producer passing high water again
+         * after this point queues the thread anew */
+        atomic_store(&pt->urgent, 0);
+        rperf__ring_drain(pt, sink, NULL);
+        pt = next;
+    }
+}
+
 void rperf__worker_drain_all(void)
 {
+    rperf__worker_drain_urgent();
     rperf_thread_t *prev = NULL;
     rperf_thread_t *pt = atomic_load_explicit(&rperf__threads, memory_order_acquire);
     while (pt) {
         rperf_thread_t *next = atomic_load_explicit(&pt->next, memory_order_acquire);
         int exited = atomic_load_explicit(&pt->exited, memory_order_acquire);
         rperf__ring_drain(pt, sink, NULL);
-        if (exited && rperf__ring_idle(pt)) {
+        if (exited && rperf__ring_idle(pt) && !atomic_load(&pt->urgent)) {
             rperf__thread_retire(prev, pt);
         } else {
             prev = pt;
@@ -73,6 +96,8 @@ static void deadline_in(struct timespec *ts, long ms)
 static void *worker_main(void *arg)
 {
     (void)arg;
+    struct timespec full_at;   /* when every thread is visited next */
+    deadline_in(&full_at, 0);
     pthread_mutex_lock(&mu);
     while (!stop_req) {
         if (pause_req) {
@@ -87,14 +112,20 @@ static void *worker_main(void *arg)
             continue;
         }
         pthread_mutex_unlock(&mu);
-        rperf__worker_drain_all();
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec > full_at.tv_sec ||
+            (now.tv_sec == full_at.tv_sec && now.tv_nsec >= full_at.tv_nsec)) {
+            rperf__worker_drain_all();
+            deadline_in(&full_at, RPERF_WORKER_PERIOD_MS);
+        } else {
+            rperf__worker_drain_urgent();
+        }
         ck_epoch_poll(&rperf__epoch_worker);
         pthread_mutex_lock(&mu);
         if (stop_req || pause_req) continue;
         if (!atomic_exchange(&wake_flag, 0)) {
-            struct timespec ts;
-            deadline_in(&ts, RPERF_WORKER_PERIOD_MS);
-            pthread_cond_timedwait(&cv, &mu, &ts);
+            pthread_cond_timedwait(&cv, &mu, &full_at);
             atomic_store(&wake_flag, 0);
         }
     }
@@ -113,6 +144,7 @@ int rperf__worker_start(void)
     pthread_cond_init(&cv_ack, NULL);
     stop_req = pause_req = paused = 0;
     atomic_store(&wake_flag, 0);
+    atomic_store(&urgent_head, NULL);
     if (pthread_create(&thr, NULL, worker_main, NULL) != 0) return -1;
     /* Named for top -H, ps -L and gdb, so the profiler's own CPU shows apart
      * from the application's. Named here, by the creator, so the name is in
@@ -157,9 +189,18 @@ void rperf__worker_resume(void)
 }
 
 /* own context (never a signal handler): the worker checks wake_flag under mu
- * before it waits, and the signal is sent under mu, so no wake-up is lost. */
-void rperf__worker_wake(void)
+ * before it waits, and the signal is sent under mu, so no wake-up is lost.
+ * A thread already on the urgent list wakes nobody: the worker has not
+ * drained it yet. Without a worker the thread is only queued (the list is
+ * emptied by whoever drains next, and forgotten at the next start). */
+void rperf__worker_wake_for(rperf_thread_t *pt)
 {
+    if (atomic_exchange(&pt->urgent, 1)) return;
+    rperf_thread_t *head = atomic_load_explicit(&urgent_head, memory_order_relaxed);
+    do {
+        pt->urgent_next = head;
+    } while (!atomic_compare_exchange_weak_explicit(&urgent_head, &head, pt, memory_order_release,
+                                                    memory_order_relaxed));
     if (!started) return;
     if (!atomic_exchange(&wake_flag, 1)) {
         pthread_mutex_lock(&mu);
@@ -201,4 +242,5 @@ void rperf__worker_fork_child(void)
     pthread_mutex_init(&mu, NULL);
     started = 0;
     stop_req = pause_req = paused = 0;
+    atomic_store(&urgent_head, NULL);   /* the run's threads are reset too */
 }

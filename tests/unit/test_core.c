@@ -51,7 +51,8 @@ RPERF_TEST(ring_wraps_and_preserves_samples)
     rperf_frame_t frames[20];
     for (int i = 0; i < 20; i++) frames[i] = fake_frame(i);
     collected_t c = { 0 };
-    /* 5,000 samples of 23 words through a 1,024-word ring: wraps ~110 times */
+    /* 5,000 samples of 23 words through the 256-word first segment: it
+     * wraps ~450 times and never grows */
     for (int k = 0; k < 5000; k++) {
         atomic_store(&pt->label_set_id, (uint32_t)(k % 7));
         RPERF_CHECK(rperf__ring_push(pt, RPERF_SAMPLE_NORMAL, 1000 + k, 5000000 + k, frames, 20));
@@ -62,6 +63,7 @@ RPERF_TEST(ring_wraps_and_preserves_samples)
         RPERF_CHECK_EQ(c.last.depth, 20);
     }
     RPERF_CHECK_EQ(c.n, 5000);
+    RPERF_CHECK_EQ(pt->prod->slots, RPERF_RING_FIRST_SLOTS);
     /* the same 20 frames were interned once each, ids in first-seen order */
     RPERF_CHECK_EQ(rperf__frames_count(), 20);
     for (int i = 0; i < 20; i++) {
@@ -81,9 +83,11 @@ RPERF_TEST(full_ring_grows_then_drops_and_counts)
     for (int i = 0; i < 97; i++) frames[i] = fake_frame(i);
     int pushed = 0;
     while (rperf__ring_push(pt, RPERF_SAMPLE_NORMAL, 1 + pushed, 1, frames, 97)) pushed++;
-    /* 100 words per sample; segments of 1024, 4096, 16384 and 65536 words
-     * (one slot of each kept free by ck_ring) before the first drop */
-    RPERF_CHECK_EQ(pushed, 10 + 40 + 163 + 655);
+    /* 100 words per sample; the small first segment (256 words: a thread
+     * moves on once it is half full), then the configured 1024, 4096, 16384
+     * and 65536 words (one slot of each kept free by ck_ring) before the
+     * first drop */
+    RPERF_CHECK_EQ(pushed, 1 + 10 + 40 + 163 + 655);
     RPERF_CHECK_EQ(pt->prod->slots, RPERF_RING_MAX_SLOTS);
     RPERF_CHECK_EQ(atomic_load(&pt->dropped), 1);
     RPERF_CHECK(!rperf__ring_push(pt, RPERF_SAMPLE_GC_MARKING, 1, 1, frames, 97));
@@ -303,7 +307,10 @@ RPERF_TEST(freed_ring_blocks_are_reused_and_released)
 
 /* A thread that never records a sample (thread churn: most threads of a
  * thread-per-connection server live shorter than a tick) costs no ring
- * memory; its first sample maps the first segment of the size given. */
+ * memory; its first sample takes the small first segment from the heap (no
+ * page block: a parked thread that records its first turn's blocked time
+ * maps nothing), and a sample that does not fit there moves on to the size
+ * given, even a sample of the deepest stack. */
 RPERF_TEST(ring_memory_comes_with_the_first_sample)
 {
     setup();
@@ -319,12 +326,22 @@ RPERF_TEST(ring_memory_comes_with_the_first_sample)
     RPERF_CHECK_EQ(rperf__ring_drain(pt, collect, &c), 0);
     rperf_frame_t frames[3] = { fake_frame(1), fake_frame(2), fake_frame(3) };
     RPERF_CHECK(rperf__ring_push(pt, RPERF_SAMPLE_NORMAL, 42, 1, frames, 3));
-    RPERF_CHECK(rperf_engine_memory_bytes() >= with_thread + 1024 * sizeof(ck_ring_buffer_t));
-    RPERF_CHECK_EQ(pt->prod->slots, 1024);
+    size_t first = rperf_engine_memory_bytes();
+    RPERF_CHECK(first >= with_thread + RPERF_RING_FIRST_SLOTS * sizeof(ck_ring_buffer_t));
+    RPERF_CHECK(first < with_thread + 1024 * sizeof(ck_ring_buffer_t));
+    RPERF_CHECK_EQ(pt->prod->slots, RPERF_RING_FIRST_SLOTS);
     RPERF_CHECK(!rperf__ring_idle(pt));
     RPERF_CHECK_EQ(rperf__ring_drain(pt, collect, &c), 1);
     RPERF_CHECK_EQ(c.last.weight, 42);
     RPERF_CHECK(rperf__ring_idle(pt));
+    static rperf_frame_t deep[RPERF_MAX_DEPTH];
+    for (int i = 0; i < RPERF_MAX_DEPTH; i++) deep[i] = fake_frame(i);
+    RPERF_CHECK(rperf__ring_push(pt, RPERF_SAMPLE_NORMAL, 43, 1, deep, RPERF_MAX_DEPTH));
+    RPERF_CHECK_EQ(pt->prod->slots, 1024);
+    RPERF_CHECK_EQ(rperf__ring_drain(pt, collect, &c), 1);
+    RPERF_CHECK_EQ(c.last.weight, 43);
+    RPERF_CHECK_EQ(c.last.depth, RPERF_MAX_DEPTH);
+    ck_epoch_barrier(&rperf__epoch_worker);   /* frees the drained first segment */
     rperf__thread_destroy(pt);
     rperf__pages_release_cache();
     RPERF_CHECK_EQ(rperf_engine_memory_bytes(), base);
@@ -369,6 +386,47 @@ RPERF_TEST(minor_marking_skips_old_frames_and_clear_unpins_all)
     rperf__frames_destroy();
 }
 
+/* A ring passing high water queues its thread for the worker, which then
+ * drains only the queued threads (not every thread of the process: with
+ * 1,000 parked threads, visiting all of them at each of a busy thread's
+ * ~150 wakes a second cost more than its samples); the periodic visit
+ * drains the rest. */
+RPERF_TEST(a_wake_drains_only_the_rings_that_asked)
+{
+    setup();
+    RPERF_CHECK_EQ(rperf__agg_init(true), 0);
+    rperf_thread_t *busy = make_thread(1024), *quiet = make_thread(1024);
+    atomic_store(&busy->next, quiet);
+    atomic_store(&rperf__threads, busy);
+    rperf_frame_t frames[20];
+    for (int i = 0; i < 20; i++) frames[i] = fake_frame(i);
+    RPERF_CHECK(rperf__ring_push(quiet, RPERF_SAMPLE_NORMAL, 1, 1, frames, 20));
+    int pushed = 0;
+    while (!atomic_load(&busy->urgent)) {
+        RPERF_CHECK(rperf__ring_push(busy, RPERF_SAMPLE_NORMAL, 1, 1, frames, 20));
+        pushed++;
+    }
+    RPERF_CHECK_EQ(busy->prod->slots, 1024);          /* it left the small segment first */
+    RPERF_CHECK_EQ(atomic_load(&quiet->urgent), 0);
+    rperf__worker_drain_urgent();
+    RPERF_CHECK(rperf__ring_idle(busy));
+    RPERF_CHECK_EQ(atomic_load(&busy->urgent), 0);    /* it can ask again */
+    RPERF_CHECK(!rperf__ring_idle(quiet));
+    RPERF_CHECK_EQ(rperf__agg_count(), 1);
+    rperf__worker_drain_all();
+    RPERF_CHECK(rperf__ring_idle(quiet));
+    sample_count = 0;
+    rperf__agg_each(record, NULL);
+    RPERF_CHECK_EQ(sample_count, 1);
+    RPERF_CHECK_EQ(sample_weights[0], pushed + 1);
+    ck_epoch_barrier(&rperf__epoch_worker);
+    atomic_store(&rperf__threads, NULL);
+    rperf__thread_destroy(busy);
+    rperf__thread_destroy(quiet);
+    rperf__agg_destroy();
+    rperf__frames_destroy();
+}
+
 int main(void)
 {
     return RPERF_RUN(RPERF_CASE(ring_wraps_and_preserves_samples),
@@ -381,5 +439,6 @@ int main(void)
                      RPERF_CASE(ring_shrinks_back_after_a_burst),
                      RPERF_CASE(freed_ring_blocks_are_reused_and_released),
                      RPERF_CASE(ring_memory_comes_with_the_first_sample),
+                     RPERF_CASE(a_wake_drains_only_the_rings_that_asked),
                      RPERF_CASE(minor_marking_skips_old_frames_and_clear_unpins_all));
 }
