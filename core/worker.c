@@ -191,17 +191,17 @@ void rperf__worker_resume(void)
 /* own context (never a signal handler): the worker checks wake_flag under mu
  * before it waits, and the signal is sent under mu, so no wake-up is lost.
  * A thread already on the urgent list wakes nobody: the worker has not
- * drained it yet. Without a worker the thread is only queued (the list is
- * emptied by whoever drains next, and forgotten at the next start). */
+ * drained it yet. Without a worker nothing is queued (the list belongs to a
+ * running worker, whose final drain at stop empties it). */
 void rperf__worker_wake_for(rperf_thread_t *pt)
 {
+    if (!started) return;
     if (atomic_exchange(&pt->urgent, 1)) return;
     rperf_thread_t *head = atomic_load_explicit(&urgent_head, memory_order_relaxed);
     do {
         pt->urgent_next = head;
     } while (!atomic_compare_exchange_weak_explicit(&urgent_head, &head, pt, memory_order_release,
                                                     memory_order_relaxed));
-    if (!started) return;
     if (!atomic_exchange(&wake_flag, 1)) {
         pthread_mutex_lock(&mu);
         pthread_cond_signal(&cv);

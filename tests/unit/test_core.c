@@ -398,6 +398,10 @@ RPERF_TEST(a_wake_drains_only_the_rings_that_asked)
     rperf_thread_t *busy = make_thread(1024), *quiet = make_thread(1024);
     atomic_store(&busy->next, quiet);
     atomic_store(&rperf__threads, busy);
+    /* a real worker, parked: it owns the urgent list, and the drains below
+     * run here, as they may while it is parked */
+    RPERF_CHECK_EQ(rperf__worker_start(), 0);
+    rperf__worker_pause();
     rperf_frame_t frames[20];
     for (int i = 0; i < 20; i++) frames[i] = fake_frame(i);
     RPERF_CHECK(rperf__ring_push(quiet, RPERF_SAMPLE_NORMAL, 1, 1, frames, 20));
@@ -419,6 +423,8 @@ RPERF_TEST(a_wake_drains_only_the_rings_that_asked)
     rperf__agg_each(record, NULL);
     RPERF_CHECK_EQ(sample_count, 1);
     RPERF_CHECK_EQ(sample_weights[0], pushed + 1);
+    rperf__worker_resume();
+    rperf__worker_stop();
     ck_epoch_barrier(&rperf__epoch_worker);
     atomic_store(&rperf__threads, NULL);
     rperf__thread_destroy(busy);
