@@ -42,9 +42,10 @@
  *    another Ractor).
  * When no thread of the main Ractor holds its GVL (all blocked), nothing is
  * sent there: blocked time is recorded at RESUMED.
- * At start, when other Ractors exist, every runnable task gets one
- * bootstrap signal (tick_signal.c), so threads holding a GVL since before
- * the start register themselves.
+ * At start, every runnable task outside the main Ractor (with
+ * RUBY_MN_THREADS=1: every one but the caller) gets one bootstrap signal
+ * (tick_signal.c), so threads holding a GVL since before the start
+ * register themselves.
  *
  * Contexts: deliver runs on the timer thread (timer_thread.c) (all signals
  * blocked; no Ruby API: the trigger and tgkill are async-signal-safe and

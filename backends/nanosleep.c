@@ -27,7 +27,8 @@
  * of start, attached by the engine right after ns_start and identified by
  * the host just after that: ns_start marks its native thread (`starting`),
  * which counts as main until the caller is identified or suspends.
- * At start every runnable task except the caller gets one bootstrap signal
+ * At start every runnable task except the main Ractor's threads (with
+ * RUBY_MN_THREADS=1: except the caller) gets one bootstrap signal
  * (tick_signal.c; cfg->bootstrap), which makes threads of other Ractors
  * already running before the start register themselves; it never reaches
  * a thread holding the main Ractor's GVL (that is the caller).
