@@ -10,9 +10,11 @@
  * per period. A busy thread at 10 kHz wakes the worker ~150 times a second,
  * and visiting 1,000 parked threads each time cost more than the samples.
  *
- * Contexts: worker_main and rperf__worker_drain_all run on the worker thread;
- * start/stop/pause/resume on a GVL thread; wake in own context (never in a
- * signal handler); the fork functions in pthread_atfork handlers.
+ * Contexts: worker_main, rperf__worker_drain_all and rperf__worker_drain_urgent
+ * run on the worker thread (or wherever the parked worker's drains are run);
+ * start/stop/pause/resume on a GVL thread; rperf__worker_wake_for in own
+ * context (never in a signal handler); the fork functions in pthread_atfork
+ * handlers.
  */
 #include "core_internal.h"
 

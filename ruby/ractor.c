@@ -55,6 +55,9 @@
  * sampling job (GVL held, any Ractor) or in start (main Ractor); they
  * allocate with malloc only. rperf_rb_ractor_peek runs in
  * the thread hook's RESUMED (own native thread, GVL held, no allocation).
+ * rperf_rb_main_thread_tids runs in start (main Ractor, GVL held): it calls
+ * Thread.list and Thread#native_thread_id (Ruby methods, which a tracer
+ * enabled around Rperf.start sees, like the rest of start's Ruby code).
  * The storage's free function runs when the Ractor is freed.
  */
 #include "rperf_ruby.h"
