@@ -10,15 +10,17 @@
  *  - otherwise, if the signal was sent with tgkill (si_code SI_TKILL: the
  *    bootstrap, or the nanosleep backend reaching another Ractor), the host
  *    is asked to trigger a job that registers the thread, but only if this
- *    native thread runs Ruby code at all;
+ *    native thread runs Ruby code at all; the bootstrap's signal is re-sent
+ *    until the thread answers (see "bootstrap re-sends" below);
  *  - a timer signal (SI_TIMER) that arrives after the thread gave up its
  *    GVL is dropped: it must not be charged to whatever runs here next.
  *
  * Contexts: on_signal is a signal handler (async-signal-safe only: TLS
  * reads, atomics, the engine's tick/register, errno saved); install,
  * restore and bootstrap run with the GVL held; send and rperf_task_state
- * run on a backend thread (or in bootstrap); after_fork inside fork() in
- * the child.
+ * run on a backend thread (or in bootstrap); bootstrap_resend in any
+ * context, the handler included (atomics, tgkill, the monotonic clock);
+ * after_fork inside fork() in the child.
  *
  * Restore: the action is first set to SIG_IGN, which discards instances
  * still pending on any thread (POSIX sigaction()), and only then is the
@@ -33,12 +35,14 @@
 #include <fcntl.h>
 #include <stdbool.h>
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 static _Atomic int active;
@@ -46,16 +50,91 @@ static int signo;
 static struct sigaction old_action;
 static int installed;
 
+/* ---- bootstrap re-sends --------------------------------------------------
+ * The job a bootstrap signal triggers is one bit in Ruby's VM-global job
+ * bitset: any thread that flushes first runs it (in its own Ractor), and
+ * the signalled thread then finds nothing to run. A thread that holds its
+ * GVL since before the start and never switches has no other way in (no
+ * RESUMED), so it would stay unsampled for the whole run. Every task the
+ * bootstrap signalled is therefore signalled again, at most every
+ * BOOT_GAP_NS, until its own handler sees it known to the engine (or not
+ * running Ruby code at all), for at most BOOT_ROUNDS rounds. The re-sends
+ * come from whatever drives the backend (the timer thread; under the
+ * signal backend the tick handler of any thread), with atomics, tgkill and
+ * the monotonic clock only. */
+#define BOOT_MAX 64
+#define BOOT_ROUNDS 50
+#define BOOT_GAP_NS 2000000LL
+
+static _Atomic int32_t boot_tid[BOOT_MAX];   /* 0: free or done */
+static _Atomic int boot_left;                /* entries still waiting */
+static _Atomic int boot_rounds;
+static _Atomic int64_t boot_next_ns;
+static _Atomic int resending;                /* handlers inside a re-send */
+
+static int64_t mono_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+static void boot_clear(void)
+{
+    atomic_store(&boot_left, 0);
+    for (int i = 0; i < BOOT_MAX; i++) atomic_store_explicit(&boot_tid[i], 0, memory_order_relaxed);
+}
+
+/* signal: this native thread answered; its entry, if any, is done. */
+static void boot_done_here(void)
+{
+    int32_t me = rperf_native_tid();
+    for (int i = 0; i < BOOT_MAX; i++) {
+        int32_t t = me;
+        if (atomic_compare_exchange_strong(&boot_tid[i], &t, 0)) {
+            atomic_fetch_sub(&boot_left, 1);
+            return;
+        }
+    }
+}
+
+void rperf_tick_signal_bootstrap_resend(void)
+{
+    if (atomic_load_explicit(&boot_left, memory_order_relaxed) <= 0) return;
+    int64_t now = mono_now(), next = atomic_load(&boot_next_ns);
+    if (now < next || !atomic_compare_exchange_strong(&boot_next_ns, &next, now + BOOT_GAP_NS))
+        return;   /* not yet, or another thread sends this round */
+    if (atomic_fetch_add(&boot_rounds, 1) >= BOOT_ROUNDS) {
+        boot_clear();
+        return;
+    }
+    for (int i = 0; i < BOOT_MAX; i++) {
+        int32_t t = atomic_load_explicit(&boot_tid[i], memory_order_relaxed);
+        if (t) rperf_tick_signal_send((pid_t)t);
+    }
+}
+
 static void on_signal(int sig, siginfo_t *info, void *uc)
 {
     (void)sig;
     (void)uc;
     int saved = errno;
     if (atomic_load_explicit(&active, memory_order_relaxed)) {
-        if (rperf_current_thread_sigsafe() != NULL)
+        bool tkill = info && info->si_code == SI_TKILL;
+        bool waiting = atomic_load_explicit(&boot_left, memory_order_relaxed) > 0;
+        if (rperf_current_thread_sigsafe() != NULL) {
             rperf_engine_tick_sigsafe();
-        else if (info && info->si_code == SI_TKILL)
-            rperf_engine_register_sigsafe();
+            if (waiting && tkill) boot_done_here();
+        } else if (tkill && !rperf_engine_register_sigsafe() && waiting) {
+            boot_done_here();   /* no Ruby thread here now: a later one meets RESUMED */
+        }
+    }
+    if (atomic_load_explicit(&boot_left, memory_order_relaxed) > 0) {
+        /* counted, so that restore never puts the old action back while a
+         * handler may still send (a late send would meet SIG_DFL: fatal) */
+        atomic_fetch_add(&resending, 1);
+        if (atomic_load(&active)) rperf_tick_signal_bootstrap_resend();
+        atomic_fetch_sub(&resending, 1);
     }
     errno = saved;
 }
@@ -93,12 +172,15 @@ static void restore_action(void)
 void rperf_tick_signal_restore(void)
 {
     atomic_store(&active, 0);
+    boot_clear();
+    while (atomic_load(&resending) > 0) sched_yield();   /* a few tgkills at most */
     restore_action();
 }
 
 void rperf_tick_signal_after_fork(void)
 {
     atomic_store(&active, 0);
+    boot_clear();
     restore_action();
 }
 
@@ -142,6 +224,10 @@ static int cmp_tid(const void *a, const void *b)
 void rperf_tick_signal_bootstrap(const int32_t *skip, size_t nskip)
 {
     pid_t self = (pid_t)syscall(SYS_gettid);
+    boot_clear();
+    atomic_store(&boot_rounds, 0);
+    atomic_store(&boot_next_ns, mono_now() + BOOT_GAP_NS);
+    int n = 0;
     DIR *d = opendir("/proc/self/task");
     if (!d) return;
     struct dirent *e;
@@ -152,6 +238,10 @@ void rperf_tick_signal_bootstrap(const int32_t *skip, size_t nskip)
         int32_t key = (int32_t)tid;
         if (nskip && bsearch(&key, skip, nskip, sizeof(*skip), cmp_tid)) continue;
         if (!task_runnable(tid)) continue;
+        if (n < BOOT_MAX) {   /* recorded before the send: its handler may answer at once */
+            atomic_store(&boot_tid[n++], key);
+            atomic_fetch_add(&boot_left, 1);
+        }
         rperf_tick_signal_send((pid_t)tid);   /* a task that exited meanwhile: ESRCH */
     }
     closedir(d);

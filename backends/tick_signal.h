@@ -22,6 +22,10 @@ int rperf_tick_signal_number(void);
  * process, so threads that hold a GVL since before the start (and may never
  * switch) register themselves from their own sampling job. */
 void rperf_tick_signal_bootstrap(const int32_t *skip, size_t nskip);
+/* Any context (async-signal-safe): signal again, at most every 2 ms and
+ * for at most 50 rounds, the tasks the bootstrap reached whose own handler
+ * has not yet seen them registered (see tick_signal.c). Cheap when none. */
+void rperf_tick_signal_bootstrap_resend(void);
 /* no GVL: deliver one tick to native thread `tid` of this process. */
 int rperf_tick_signal_send(pid_t tid);
 /* no GVL, no allocation: the kernel's state letter of task `tid` of this

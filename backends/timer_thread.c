@@ -67,6 +67,7 @@ static void *tick_main(void *arg)
         }
         if (!atomic_load(&running)) break;
         deliver_fn(now);
+        rperf_tick_signal_bootstrap_resend();
         int64_t missed = (now - deadline) / period;
         if (missed > 0) rperf_engine_count_overruns((uint64_t)missed);
         deadline += (missed + 1) * period;

@@ -99,9 +99,9 @@ void rperf_engine_tick_sigsafe(void)
     rperf__engine.host.trigger();
 }
 
-void rperf_engine_register_sigsafe(void)
+bool rperf_engine_register_sigsafe(void)
 {
-    if (rperf__engine.host.trigger_register) rperf__engine.host.trigger_register();
+    return rperf__engine.host.trigger_register && rperf__engine.host.trigger_register();
 }
 
 int rperf_engine_unsettled_threads(void)

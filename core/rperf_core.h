@@ -66,8 +66,8 @@ typedef struct rperf_host {
     void (*trigger)(void);
     /* signal: a bootstrap signal reached a native thread the engine does
      * not know yet; request the job if this native thread runs Ruby code
-     * (the job then registers the thread it runs on). */
-    void (*trigger_register)(void);
+     * (the job then registers the thread it runs on). True if requested. */
+    bool (*trigger_register)(void);
 } rperf_host_t;
 
 typedef struct rperf_config {
@@ -205,7 +205,7 @@ uint32_t rperf_thread_seq(const rperf_thread_t *pt);
 void rperf_engine_tick_sigsafe(void);
 /* signal: a bootstrap signal on a native thread with no current Ruby thread
  * known to the engine (see rperf_host_t.trigger_register). */
-void rperf_engine_register_sigsafe(void);
+bool rperf_engine_register_sigsafe(void);
 /* no GVL: the backend could not deliver `n` ticks in time. */
 void rperf_engine_count_overruns(uint64_t n);
 /* any context: threads announced by STARTED during the run that have not

@@ -102,15 +102,23 @@ static VALUE c_start(int argc, VALUE *argv, VALUE self)
     rperf_thread_t *caller = NULL;
     /* before the engine runs: no label call can intern into the old table */
     rperf_rb_labels_reset(NUM2UINT(label_cap));
+    /* Hooks in before the engine runs (they do nothing until then): a
+     * thread of another Ractor that is not runnable at the bootstrap scan
+     * and resumes right after it must meet the RESUMED hook, which is then
+     * its only way in. Installed after the start, such a thread (one woken
+     * by the caller's Ractor#take just before start) ran unseen for good. */
+    rperf_rb_hooks_install(cfg.clock == RPERF_CLOCK_WALL);
     int32_t *skip = NULL;   /* nothing between here and free() raises */
     if (cfg.bootstrap) cfg.bootstrap_nskip = rperf_rb_main_thread_tids(&skip);
     cfg.bootstrap_skip = skip;
     int started = rperf_engine_start(&cfg, &caller, err, sizeof(err));
     free(skip);
-    if (started < 0) rb_raise(rb_eRuntimeError, "%s", err);
+    if (started < 0) {
+        rperf_rb_hooks_remove();
+        rb_raise(rb_eRuntimeError, "%s", err);
+    }
     rperf_rb_thread_state_set(rb_thread_current(), caller);
     finish_at_exit = RTEST(finish);
-    rperf_rb_hooks_install(cfg.clock == RPERF_CLOCK_WALL);
     /* start is called from the main Ractor (lib/rperf.rb checks it) */
     rperf_thread_set_ractor(caller, 1);
     char name[RPERF_THREAD_NAME_MAX];

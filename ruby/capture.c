@@ -30,9 +30,11 @@ static void trigger(void)
 /* signal: a bootstrap signal reached a native thread the engine does not
  * know. Trigger the job only if it runs Ruby code: from a non-Ruby thread
  * the trigger would go to the main Ractor for nothing. */
-static void trigger_register(void)
+static bool trigger_register(void)
 {
-    if (ruby_native_thread_p()) rb_postponed_job_trigger(job_handle);
+    if (!ruby_native_thread_p()) return false;
+    rb_postponed_job_trigger(job_handle);
+    return true;
 }
 
 const rperf_host_t rperf_rb_host = {

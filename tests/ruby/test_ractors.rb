@@ -152,6 +152,35 @@ class TestRactors < Test::Unit::TestCase
     end
   end
 
+  # The start right after the Ractor#take that wakes the other Ractor: its
+  # thread may be asleep at the bootstrap scan and resume just after it
+  # (then only the RESUMED hook reaches it, so the hooks must be in before
+  # the engine runs), or the job its bootstrap signal triggers may be run
+  # by the main thread's flush instead (then only a re-sent signal reaches
+  # it). Either way it used to spin unsampled for the whole run, in about
+  # one first start of a process in 15 on this machine, hence several
+  # processes.
+  def test_ractor_woken_just_before_the_first_start_is_sampled
+    misses = []
+    RPERF_BACKENDS.each do |backend|
+      6.times do |i|
+        run = run_child(<<~RUBY, timeout: 60)
+          #{PRELUDE}
+          r = Ractor.new { Ractor.yield :go; rperf_ractor_pre(0.15); :done }
+          r.take
+          Rperf.start(backend: :#{backend}, mode: :wall, frequency: 10_000)
+          r.take
+          data = Rperf.stop
+          w = data[:aggregated_samples].select { |s| s[0].any? { |f| f[1] == "Object#rperf_ractor_pre" } }
+          child_report(weight: w.sum { |s| s[1] })
+        RUBY
+        assert_child_ok(run, backend)
+        misses << "#{backend} ##{i}" unless run.report["weight"].positive?
+      end
+    end
+    assert_empty(misses, "a Ractor woken just before start got no sample")
+  end
+
   # GC steps run by a non-main Ractor's thread fire only that Ractor's
   # hooks, and registering one there would turn off TracePoints of other
   # Ractors (Ruby 3.3), so that GC time stays ordinary time of the Ractor's
