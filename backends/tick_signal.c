@@ -211,6 +211,28 @@ char rperf_task_state(pid_t tid)
  * RESUMED before it runs Ruby code again. */
 static bool task_runnable(long tid) { return rperf_task_state((pid_t)tid) == 'R'; }
 
+/* Does task `tid` block the tick signal (SigBlk in /proc/self/task/<tid>/
+ * status)? Ruby threads never do; a helper thread that blocks every signal
+ * (the backend's own timer thread, many libraries' workers) never answers,
+ * so re-sending would only queue up to BOOT_ROUNDS pending instances there:
+ * it gets the one bootstrap signal, as before re-sends existed. Unknown:
+ * false. GVL held, at start. */
+static bool task_blocks_signal(long tid)
+{
+    char path[64], buf[4096];
+    snprintf(path, sizeof path, "/proc/self/task/%ld/status", tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return false;
+    buf[n] = '\0';
+    const char *line = strstr(buf, "\nSigBlk:");
+    if (!line) return false;
+    unsigned long long mask = strtoull(line + 8, NULL, 16);
+    return signo >= 1 && signo <= 64 && (mask >> (signo - 1) & 1ULL);
+}
+
 static int cmp_tid(const void *a, const void *b)
 {
     int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
@@ -238,7 +260,7 @@ void rperf_tick_signal_bootstrap(const int32_t *skip, size_t nskip)
         int32_t key = (int32_t)tid;
         if (nskip && bsearch(&key, skip, nskip, sizeof(*skip), cmp_tid)) continue;
         if (!task_runnable(tid)) continue;
-        if (n < BOOT_MAX) {   /* recorded before the send: its handler may answer at once */
+        if (n < BOOT_MAX && !task_blocks_signal(tid)) {   /* recorded before the send: its handler may answer at once */
             atomic_store(&boot_tid[n++], key);
             atomic_fetch_add(&boot_left, 1);
         }

@@ -22,6 +22,11 @@
  *   until EintrProbe.stop_spin; returns the real-time signals that became
  *   pending on the thread meanwhile (consumed, so none is delivered later).
  *   EintrProbe.spinning? is true while a spin runs (the test's handshake).
+ * EintrProbe.helper_start / EintrProbe.helper_stop -> count
+ *   a plain pthread (not a Ruby thread) that blocks every signal from birth
+ *   and spins, as a library's worker does; helper_start returns once it
+ *   spins, helper_stop stops it and returns how many instances of
+ *   real-time signals were queued on it (consumed, none delivered).
  * Contexts: every method runs with the GVL held on the calling Ruby thread
  * and uses no Ruby API while it blocks (spin_without_gvl spins without the
  * GVL and uses no Ruby API there); the helper pthreads are plain pthreads
@@ -370,6 +375,50 @@ static VALUE probe_stop_spin(VALUE self)
     return Qnil;
 }
 
+static pthread_t helper_thr;
+static atomic_int helper_state;   /* 1 spinning, 2 asked to stop, 3 done */
+static long helper_count;
+
+static void *helper_body(void *arg)
+{
+    (void)arg;
+    atomic_store(&helper_state, 1);
+    while (atomic_load(&helper_state) == 1) {
+    }
+    sigset_t rt;
+    sigemptyset(&rt);
+    for (int s = SIGRTMIN; s <= SIGRTMAX; s++) sigaddset(&rt, s);
+    struct timespec zero = { 0, 0 };
+    long n = 0;
+    while (sigtimedwait(&rt, NULL, &zero) > 0) n++;
+    helper_count = n;
+    atomic_store(&helper_state, 3);
+    return NULL;
+}
+
+static VALUE probe_helper_start(VALUE self)
+{
+    (void)self;
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    atomic_store(&helper_state, 0);
+    int rc = pthread_create(&helper_thr, NULL, helper_body, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) rb_syserr_fail(rc, "pthread_create");
+    while (atomic_load(&helper_state) != 1) {
+    }
+    return Qnil;
+}
+
+static VALUE probe_helper_stop(VALUE self)
+{
+    (void)self;
+    atomic_store(&helper_state, 2);
+    pthread_join(helper_thr, NULL);
+    return LONG2NUM(helper_count);
+}
+
 void Init_eintr_probe(void);
 RUBY_FUNC_EXPORTED void Init_eintr_probe(void)
 {
@@ -379,5 +428,7 @@ RUBY_FUNC_EXPORTED void Init_eintr_probe(void)
     rb_define_module_function(m, "kinds", probe_kinds, 0);
     rb_define_module_function(m, "spin_without_gvl", probe_spin, 0);
     rb_define_module_function(m, "spinning?", probe_spinning, 0);
+    rb_define_module_function(m, "helper_start", probe_helper_start, 0);
+    rb_define_module_function(m, "helper_stop", probe_helper_stop, 0);
     rb_define_module_function(m, "stop_spin", probe_stop_spin, 0);
 }

@@ -115,6 +115,25 @@ class TestEintr < Test::Unit::TestCase
     end
   end
 
+  # A bootstrap signal is re-sent until the task's handler answers
+  # (docs/backends.md, "Bootstrap"); a helper pthread that blocks every
+  # signal never answers, and must get the one signal only, not one per
+  # re-send round queued up on it. (Stop discards pending instances: the
+  # count is read before.)
+  def test_a_thread_blocking_the_tick_signal_gets_one_bootstrap_signal
+    Rperf.backends.each do |backend|
+      EintrProbe.helper_start
+      begin
+        Rperf.start(backend: backend, frequency: 1000)
+        sleep(0.3) # re-send rounds run every 2 ms for at most 100 ms after start
+      ensure
+        queued = EintrProbe.helper_stop
+        Rperf.stop
+      end
+      assert_operator(queued, :<=, 1, "#{backend}: tick signals queued on a thread that blocks them")
+    end
+  end
+
   # The fixed case: a Ractor runs (its threads get tgkill ticks), and a
   # main-Ractor thread born during the run blocks in C code with the GVL.
   def test_nanosleep_with_another_ractor_signals_only_it
