@@ -91,6 +91,7 @@ static void boot_done_here(void)
     int32_t me = rperf_native_tid();
     for (int i = 0; i < BOOT_MAX; i++) {
         int32_t t = me;
+        if (atomic_load_explicit(&boot_tid[i], memory_order_relaxed) != me) continue;
         if (atomic_compare_exchange_strong(&boot_tid[i], &t, 0)) {
             atomic_fetch_sub(&boot_left, 1);
             return;
