@@ -41,7 +41,9 @@
  *    of other Ractors always get it that way (Ruby 3.3 has no trigger for
  *    another Ractor).
  * When no thread of the main Ractor holds its GVL (all blocked), nothing is
- * sent there: blocked time is recorded at RESUMED.
+ * sent there: blocked time is recorded at RESUMED. When no thread of any
+ * Ractor holds one for a while, the tick thread parks (nobody_holds;
+ * timer_thread.c) and the next mark_holder wakes it.
  * At start, every runnable task outside the main Ractor (with
  * RUBY_MN_THREADS=1: every one but the caller) gets one bootstrap signal
  * (tick_signal.c), so threads holding a GVL since before the start
@@ -193,6 +195,7 @@ static void mark_holder(int64_t since, bool keep_since)
     int holds = rperf_thread_ractor(pt) == 1 ? HOLDS_MAIN : HOLDS_OTHER;
     if (!keep_since) atomic_store_explicit(&table[i].since, since, memory_order_relaxed);
     set_holds(i, holds);
+    rperf_timer_thread_wake();   /* a parked tick thread has a holder again */
 }
 
 static void holder_resumed(void) { mark_holder(rperf_resumed_mono(), false); }
@@ -327,6 +330,15 @@ static void deliver(int64_t now)
     }
 }
 
+/* Timer thread: no thread of any Ractor holds its GVL, so a tick has no one
+ * to go to (mark_holder wakes the parked tick thread when one does). */
+static bool nobody_holds(void)
+{
+    if (atomic_load_explicit(&other_holders, memory_order_relaxed) > 0) return false;
+    int m = atomic_load_explicit(&main_holder.slot, memory_order_acquire);
+    return m < 0 || atomic_load_explicit(&table[m].holds, memory_order_acquire) != HOLDS_MAIN;
+}
+
 /* ---- lifecycle (GVL held) ------------------------------------------------------ */
 
 /* Ruby reads RUBY_MN_THREADS once, at boot, from its initial environment
@@ -363,7 +375,7 @@ static int holder_start(const rperf_backend_config_t *cfg, char *err, size_t err
     last_slot = pen_slot = -1;
     pen_streak = pen_left = 0;
     atomic_store(&running, 1);
-    if (rperf_timer_thread_start(cfg, deliver, err, errlen) == 0) return 0;
+    if (rperf_timer_thread_start(cfg, deliver, nobody_holds, err, errlen) == 0) return 0;
     atomic_store(&running, 0);
     return -1;
 }

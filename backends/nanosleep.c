@@ -192,7 +192,7 @@ static int ns_start(const rperf_backend_config_t *cfg, char *err, size_t errlen)
     reset_slots();
     starting = atomic_load(&gen);   /* this native thread runs the caller (main Ractor) */
     atomic_store(&running, 1);
-    if (rperf_timer_thread_start(cfg, deliver, err, errlen) == 0) return 0;
+    if (rperf_timer_thread_start(cfg, deliver, NULL, err, errlen) == 0) return 0;
     atomic_store(&running, 0);
     return -1;
 }

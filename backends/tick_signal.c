@@ -115,6 +115,11 @@ void rperf_tick_signal_bootstrap_resend(void)
     }
 }
 
+bool rperf_tick_signal_bootstrap_pending(void)
+{
+    return atomic_load_explicit(&boot_left, memory_order_relaxed) > 0;
+}
+
 static void on_signal(int sig, siginfo_t *info, void *uc)
 {
     (void)sig;

@@ -6,6 +6,7 @@
 #ifndef RPERF_TICK_SIGNAL_H
 #define RPERF_TICK_SIGNAL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -26,6 +27,8 @@ void rperf_tick_signal_bootstrap(const int32_t *skip, size_t nskip);
  * for at most 50 rounds, the tasks the bootstrap reached whose own handler
  * has not yet seen them registered (see tick_signal.c). Cheap when none. */
 void rperf_tick_signal_bootstrap_resend(void);
+/* any context: are bootstrap entries still waiting for their answer? */
+bool rperf_tick_signal_bootstrap_pending(void);
 /* no GVL: deliver one tick to native thread `tid` of this process. */
 int rperf_tick_signal_send(pid_t tid);
 /* no GVL, no allocation: the kernel's state letter of task `tid` of this

@@ -16,12 +16,22 @@
  * tick and tgkill only). `now` is CLOCK_MONOTONIC ns. */
 typedef void (*rperf_deliver_fn)(int64_t now);
 
+/* Called on the tick thread after a tick (same rules as deliver): true when
+ * no thread can take a tick now (none holds a GVL) and the backend will call
+ * rperf_timer_thread_wake() as soon as one does. After ~10 ms of such ticks
+ * in a row the tick thread parks until that wake (timer_thread.c). */
+typedef bool (*rperf_idle_fn)(void);
+
 /* GVL held: install the tick signal, start the tick thread (all signals
  * blocked on it), return once it runs, then send the start-up bootstrap
- * when cfg asks for it. 0, or -1 with a message in err (nothing left
- * running, the signal's action restored). */
+ * when cfg asks for it. idle may be NULL (never park). 0, or -1 with a
+ * message in err (nothing left running, the signal's action restored). */
 int rperf_timer_thread_start(const rperf_backend_config_t *cfg, rperf_deliver_fn deliver,
-                             char *err, size_t errlen);
+                             rperf_idle_fn idle, char *err, size_t errlen);
+/* Any context, async-signal-safe: a thread has just taken a GVL (after the
+ * backend recorded it where idle() reads). Unparks the tick thread if it is
+ * parked; otherwise a fence and one load. */
+void rperf_timer_thread_wake(void);
 /* GVL held: stop and join the thread (no deliver call after this returns),
  * then restore the tick signal's action. */
 void rperf_timer_thread_stop(void);

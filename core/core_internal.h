@@ -236,8 +236,10 @@ void rperf__worker_stop(void);          /* final drain + join */
 void rperf__worker_pause(void);
 void rperf__worker_resume(void);
 void rperf__worker_wake_for(rperf_thread_t *pt); /* own: pt's ring passed high water */
-void rperf__worker_drain_all(void);     /* worker, or with worker parked */
-void rperf__worker_drain_urgent(void);  /* worker: the threads that asked only */
+/* Both return the records drained plus the threads retired (0: nothing
+ * happened since the last look). */
+size_t rperf__worker_drain_all(void);     /* worker, or with worker parked */
+size_t rperf__worker_drain_urgent(void);  /* worker: the threads that asked only */
 void rperf__worker_fork_prepare(void);
 void rperf__worker_fork_parent(void);
 void rperf__worker_fork_child(void);

@@ -68,11 +68,15 @@ rperf_thread_t *rperf_thread_new(rperf_thread_origin_t origin)
         return NULL;
     }
     pt->cpu_mark = -1;
-    int64_t now = rperf__mono_ns();
-    pt->last_wall = now;
     /* A thread first met at RESUMED existed before (or was created during)
-     * the run and was off the GVL until now: charge [start, now) as blocked. */
-    pt->susp_wall = origin == RPERF_THREAD_EXISTING ? rperf__engine.start_mono_ns : 0;
+     * the run and was off the GVL until now: charge [start, now) as blocked.
+     * Its unattributed time (mono - last_wall) starts at the run's start
+     * too: counted from now, recording that blocked time at RESUMED pushed
+     * last_wall past the present, and in wall mode its next samples (the
+     * run after the block, as long again) weighed nothing and were lost. */
+    bool existing = origin == RPERF_THREAD_EXISTING;
+    pt->last_wall = existing ? rperf__engine.start_mono_ns : rperf__mono_ns();
+    pt->susp_wall = existing ? rperf__engine.start_mono_ns : 0;
     pt->fresh = origin == RPERF_THREAD_CREATED;
     if (pt->fresh) atomic_fetch_add_explicit(&rperf__engine.unsettled, 1, memory_order_release);
     rperf_thread_t *head = atomic_load_explicit(&rperf__threads, memory_order_relaxed);

@@ -5,7 +5,11 @@
  *
  * Wake-ups cost ~25 us of CPU here, so it sleeps up to RPERF_WORKER_PERIOD_MS
  * and is woken sooner only when a ring passes half full (rperf__worker_wake_for,
- * called by producers). Such a wake drains only the rings that asked (the
+ * called by producers). A visit that finds nothing to drain or retire (an
+ * idle process: no samples are taken while no thread holds a GVL) doubles
+ * the wait, up to RPERF_WORKER_IDLE_MS; anything found brings it back. Records
+ * waiting meanwhile are drained by the next visit, a producer's wake-up, or a
+ * snapshot/stop (which drain everything first). Such a wake drains only the rings that asked (the
  * urgent list); every thread is visited (drained, exited ones unlinked) once
  * per period. A busy thread at 10 kHz wakes the worker ~150 times a second,
  * and visiting 1,000 parked threads each time cost more than the samples.
@@ -22,6 +26,7 @@
 #include <string.h>
 
 #define RPERF_WORKER_PERIOD_MS 50
+#define RPERF_WORKER_IDLE_MS 1600    /* the longest wait of an idle worker */
 
 static pthread_t thr;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -54,35 +59,39 @@ static void sink(rperf_thread_t *pt, const rperf_decoded_t *d, const uint32_t *i
         atomic_fetch_add_explicit(&pt->dropped, 1, memory_order_relaxed);
 }
 
-void rperf__worker_drain_urgent(void)
+size_t rperf__worker_drain_urgent(void)
 {
+    size_t n = 0;
     rperf_thread_t *pt = atomic_exchange_explicit(&urgent_head, NULL, memory_order_acquire);
     while (pt) {
         rperf_thread_t *next = pt->urgent_next;
         /* cleared before the drain: a producer passing high water again
          * after this point queues the thread anew */
         atomic_store(&pt->urgent, 0);
-        rperf__ring_drain(pt, sink, NULL);
+        n += rperf__ring_drain(pt, sink, NULL);
         pt = next;
     }
+    return n;
 }
 
-void rperf__worker_drain_all(void)
+size_t rperf__worker_drain_all(void)
 {
-    rperf__worker_drain_urgent();
+    size_t n = rperf__worker_drain_urgent();
     rperf_thread_t *prev = NULL;
     rperf_thread_t *pt = atomic_load_explicit(&rperf__threads, memory_order_acquire);
     while (pt) {
         rperf_thread_t *next = atomic_load_explicit(&pt->next, memory_order_acquire);
         int exited = atomic_load_explicit(&pt->exited, memory_order_acquire);
-        rperf__ring_drain(pt, sink, NULL);
+        n += rperf__ring_drain(pt, sink, NULL);
         if (exited && rperf__ring_idle(pt) && !atomic_load(&pt->urgent)) {
             rperf__thread_retire(prev, pt);
+            n++;
         } else {
             prev = pt;
         }
         pt = next;
     }
+    return n;
 }
 
 static void deadline_in(struct timespec *ts, long ms)
@@ -99,6 +108,7 @@ static void *worker_main(void *arg)
 {
     (void)arg;
     struct timespec full_at;   /* when every thread is visited next */
+    long wait_ms = RPERF_WORKER_PERIOD_MS;
     deadline_in(&full_at, 0);
     pthread_mutex_lock(&mu);
     while (!stop_req) {
@@ -118,10 +128,13 @@ static void *worker_main(void *arg)
         clock_gettime(CLOCK_MONOTONIC, &now);
         if (now.tv_sec > full_at.tv_sec ||
             (now.tv_sec == full_at.tv_sec && now.tv_nsec >= full_at.tv_nsec)) {
-            rperf__worker_drain_all();
-            deadline_in(&full_at, RPERF_WORKER_PERIOD_MS);
-        } else {
-            rperf__worker_drain_urgent();
+            bool found = rperf__worker_drain_all() > 0;
+            wait_ms = found ? RPERF_WORKER_PERIOD_MS
+                            : wait_ms * 2 < RPERF_WORKER_IDLE_MS ? wait_ms * 2 : RPERF_WORKER_IDLE_MS;
+            deadline_in(&full_at, wait_ms);
+        } else if (rperf__worker_drain_urgent() > 0 && wait_ms > RPERF_WORKER_PERIOD_MS) {
+            wait_ms = RPERF_WORKER_PERIOD_MS;   /* samples again: visit all soon */
+            deadline_in(&full_at, wait_ms);
         }
         ck_epoch_poll(&rperf__epoch_worker);
         pthread_mutex_lock(&mu);

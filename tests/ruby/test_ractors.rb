@@ -181,6 +181,33 @@ class TestRactors < Test::Unit::TestCase
     assert_empty(misses, "a Ractor woken just before start got no sample")
   end
 
+  # A Ractor blocked when the run starts is first met when it resumes: its
+  # blocked time since start is charged as [GVL blocked], and what it runs
+  # then is weighed in full. In wall mode that run used to weigh nothing for
+  # as long again as the block had lasted (0.3 s blocked, 0.25 s spin: one
+  # sample of ~0.1 ms), under every backend.
+  def test_ractor_blocked_at_start_is_weighed_for_its_run_after
+    RPERF_BACKENDS.each do |backend|
+      run = run_child(<<~RUBY, timeout: 60)
+        #{PRELUDE}
+        r = Ractor.new { Ractor.receive; rperf_ractor_pre(0.25); :done }
+        Rperf.start(backend: :#{backend}, mode: :wall, frequency: 1000)
+        sleep 0.3
+        r.send(1)
+        r.take
+        data = Rperf.stop
+        w = data[:aggregated_samples].select { |s| s[0].any? { |f| f[1] == "Object#rperf_ractor_pre" } }
+        blocked = data[:aggregated_samples].select { |s| s[0][0][1] == "[GVL blocked]" && s[0].any? { |f| f[1] == "Ractor.receive" } }
+        child_report(spin: w.sum { |s| s[1] }, blocked: blocked.sum { |s| s[1] })
+      RUBY
+      assert_child_ok(run, backend)
+      rep = run.report
+      # 0.25 s of CPU is at least 0.25 s of wall time
+      assert_operator(rep["spin"], :>=, 200_000_000, "#{backend}: the Ractor's run after its block #{rep}")
+      assert_operator(rep["blocked"], :>=, 250_000_000, "#{backend}: its block since start #{rep}")
+    end
+  end
+
   # GC steps run by a non-main Ractor's thread fire only that Ractor's
   # hooks, and registering one there would turn off TracePoints of other
   # Ractors (Ruby 3.3), so that GC time stays ordinary time of the Ractor's

@@ -8,7 +8,8 @@
  * an earlier run, or of a thread already freed, name nothing; in wall mode a
  * GVL switch captures no stack unless its blocked/wait time is worth a
  * sample, short ones ride on the next sample with their time intact; the
- * engine counts threads announced but not yet run (unsettled); cpu mode
+ * engine counts threads announced but not yet run (unsettled); a thread
+ * first met at RESUMED is weighed for its run after that; cpu mode
  * reads the thread CPU clock only where a split needs it and keeps its
  * sums exact; READY on the suspending native thread splits blocked from
  * wait time.
@@ -71,6 +72,56 @@ RPERF_TEST(new_thread_is_not_charged_for_its_first_wait)
     rperf_thread_t *old = rperf_thread_new(RPERF_THREAD_EXISTING);
     RPERF_CHECK_EQ(old->susp_wall, rperf__engine.start_mono_ns);
     rperf_engine_stop();
+    rperf_engine_release();
+}
+
+/* Weights of one thread's samples: those on a real leaf frame (run time)
+ * and all of them. */
+typedef struct of_thread {
+    uint32_t seq;
+    int64_t run, total;
+} of_thread_t;
+static int scan_thread(const rperf_result_sample_t *s, void *ctx)
+{
+    of_thread_t *t = ctx;
+    if (s->thread_seq != t->seq) return 0;
+    t->total += s->weight;
+    if (s->depth > 0 && s->frames[0] >= RPERF_SYNTHETIC_FRAMES) t->run += s->weight;
+    return 0;
+}
+
+/* A thread first met at RESUMED (blocked since before start: another
+ * Ractor's, or a pool thread started before the run) is charged [start,
+ * RESUMED) as blocked, and what it runs after that is weighed in full. It
+ * used to count its unattributed time from RESUMED, so recording the
+ * blocked time pushed that point into the future and, in wall mode, its
+ * run for as long again as it had been blocked weighed nothing (a Ractor
+ * woken 0.3 s after start then spinning 0.25 s: 1 sample instead of 250). */
+RPERF_TEST(existing_thread_is_weighed_for_its_run_after_its_first_block)
+{
+    start_wall();
+    depth = 3;
+    let_ns_pass(3000000);            /* off the GVL since start: 3 ms */
+    rperf_thread_t *pt = rperf_thread_new(RPERF_THREAD_EXISTING);
+    RPERF_CHECK(pt != NULL);
+    rperf_ev_resumed(pt);            /* [GVL blocked] recorded here */
+    int64_t run_from = rperf__mono_ns();
+    let_ns_pass(1000000);            /* runs 1 ms */
+    rperf_sample_job(pt);
+    int64_t run_to = rperf__mono_ns();
+    int64_t since_start = run_to - rperf__engine.start_mono_ns;
+    rperf_ev_suspended(pt);
+    rperf_ev_exited(pt);
+    of_thread_t t = { pt->seq, 0, 0 };
+    rperf_engine_stop();
+    rperf_result_each_aggregated(scan_thread, &t);
+    /* the sample covers the run (and the instants around RESUMED), not less */
+    RPERF_CHECK(t.run >= 1000000);
+    RPERF_CHECK(t.run <= run_to - run_from + 1000000);
+    /* nothing lost, nothing counted twice: start .. the job (and the
+     * instants to its exit) */
+    RPERF_CHECK(t.total >= since_start - 1000000);
+    RPERF_CHECK(t.total <= since_start + 1000000);
     rperf_engine_release();
 }
 
@@ -480,6 +531,7 @@ int main(void)
 {
     rperf_engine_init(&host);
     return RPERF_RUN(RPERF_CASE(exiting_thread_settles_pending_time_on_its_root_frame),
+                     RPERF_CASE(existing_thread_is_weighed_for_its_run_after_its_first_block),
                      RPERF_CASE(new_thread_is_not_charged_for_its_first_wait),
                      RPERF_CASE(thread_table_keeps_exited_threads),
                      RPERF_CASE(tokens_never_name_state_of_another_run),

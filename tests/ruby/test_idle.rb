@@ -1,0 +1,93 @@
+# frozen_string_literal: true
+#
+# An idle profiled process: while no thread of any Ractor holds a GVL, the
+# default backend's tick thread parks and the worker waits longer, so a
+# server left profiled between requests costs almost nothing (issue 10:
+# "nearly free to leave on"). And the first thread that takes a GVL again
+# (main thread, another thread, another Ractor's) wakes the ticks at once:
+# its work is sampled at the full rate, not after the tick thread's
+# watchdog. Each scenario runs in a child Ruby so its own threads are the
+# only ones counted.
+require_relative "helper"
+
+class TestIdle < Test::Unit::TestCase
+  include RperfTestHelper
+
+  # Voluntary context switches of the profiler's own threads (a wake-up
+  # each: a tick, a futex or condition-variable wait that ended).
+  WAKES = <<~RUBY
+    def rperf_wakes
+      Dir["/proc/self/task/*"].each_with_object(Hash.new(0)) do |d, h|
+        comm = File.read("\#{d}/comm").strip rescue next
+        n = File.read("\#{d}/status")[/^voluntary_ctxt_switches:\\s+(\\d+)/, 1].to_i rescue next
+        h[comm] += n if comm.start_with?("rperf-")
+      end
+    end
+  RUBY
+
+  def test_an_idle_process_wakes_the_profiler_rarely
+    %i[wall cpu].each do |mode|
+      run = run_child(<<~RUBY, timeout: 60)
+        #{WAKES}
+        q = Queue.new
+        blocked = 3.times.map { Thread.new { q.pop } }
+        Rperf.start(backend: :holder, frequency: 1000, mode: :#{mode})
+        sleep 0.3                      # every thread blocked: nothing to tick
+        a = rperf_wakes
+        sleep 1.0
+        b = rperf_wakes
+        3.times { q << 1 }
+        blocked.each(&:join)
+        Rperf.stop
+        child_report(timer: b["rperf-timer"] - a["rperf-timer"],
+                     worker: b["rperf-worker"] - a["rperf-worker"])
+      RUBY
+      assert_child_ok(run, mode.to_s)
+      rep = run.report
+      # ticking: ~1,000 wake-ups in that second; parked: the watchdog's 1
+      assert_operator(rep["timer"], :<, 100, "#{mode}: the tick thread parks while idle #{rep}")
+      # every 50 ms: 20; backing off while nothing is recorded: ~3
+      assert_operator(rep["worker"], :<, 10, "#{mode}: the worker backs off while idle #{rep}")
+    end
+  end
+
+  # After 0.3 s with every thread blocked (long enough to park), work in
+  # the main thread, in a new thread and in another Ractor is sampled at
+  # about 1 kHz. A missed wake would leave the ticks parked until the
+  # watchdog (1 s): no sample at all in 0.25 s of work.
+  def test_work_after_an_idle_spell_is_sampled_at_the_full_rate
+    %i[wall cpu].each do |mode|
+      run = run_child(<<~RUBY, timeout: 120)
+        Warning[:experimental] = false
+        def rperf_idle_main(s) = cpu_spin(s)
+        def rperf_idle_thread(s) = cpu_spin(s)
+        r = Ractor.new do
+          Ractor.receive
+          x = 0
+          t = Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID) + 0.25
+          x += 1 while Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID) < t
+          x
+        end
+        Rperf.start(backend: :holder, frequency: 1000, mode: :#{mode}, aggregate: false)
+        sleep 0.3
+        rperf_idle_main(0.25)
+        sleep 0.3
+        Thread.new { rperf_idle_thread(0.25) }.join
+        sleep 0.3
+        r.send(1)
+        r.take
+        data = Rperf.stop
+        count = ->(name) { data[:raw_samples].count { |s| s[0].any? { |f| f[1] == name } } }
+        ractor_seqs = data[:threads].select { |t| t[:ractor_id].to_i > 1 }.map { |t| t[:thread_seq] }
+        child_report(main: count.("Object#rperf_idle_main"), thread: count.("Object#rperf_idle_thread"),
+                     ractor: data[:raw_samples].count { |s| ractor_seqs.include?(s[2]) })
+      RUBY
+      assert_child_ok(run, mode.to_s)
+      rep = run.report
+      # ~250 each at 1 kHz; a quarter of that leaves room for a loaded machine
+      %w[main thread ractor].each do |k|
+        assert_operator(rep[k], :>=, 60, "#{mode}: #{k} sampled after an idle spell #{rep}")
+      end
+    end
+  end
+end
