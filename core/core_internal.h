@@ -268,7 +268,9 @@ typedef struct rperf_engine {
     _Atomic uint32_t thread_seq;
     _Atomic int unsettled;              /* created (STARTED), not yet run or exited */
     int64_t start_real_ns;
-    int64_t start_mono_ns;
+    /* when the run or the current snapshot window (clear: true) began;
+     * written with the GVL held, read by threads' hooks (RESUMED) */
+    _Atomic int64_t start_mono_ns;
 } rperf_engine_t;
 
 extern rperf_engine_t rperf__engine;

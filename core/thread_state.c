@@ -75,8 +75,9 @@ rperf_thread_t *rperf_thread_new(rperf_thread_origin_t origin)
      * last_wall past the present, and in wall mode its next samples (the
      * run after the block, as long again) weighed nothing and were lost. */
     bool existing = origin == RPERF_THREAD_EXISTING;
-    pt->last_wall = existing ? rperf__engine.start_mono_ns : rperf__mono_ns();
-    pt->susp_wall = existing ? rperf__engine.start_mono_ns : 0;
+    int64_t window = atomic_load_explicit(&rperf__engine.start_mono_ns, memory_order_relaxed);
+    pt->last_wall = existing ? window : rperf__mono_ns();
+    pt->susp_wall = existing ? window : 0;
     pt->fresh = origin == RPERF_THREAD_CREATED;
     if (pt->fresh) atomic_fetch_add_explicit(&rperf__engine.unsettled, 1, memory_order_release);
     rperf_thread_t *head = atomic_load_explicit(&rperf__threads, memory_order_relaxed);
@@ -427,6 +428,18 @@ static void resume_wall(rperf_thread_t *pt, int64_t mono)
     if (pt->susp_wall <= 0) return;
     int64_t susp = pt->susp_wall;
     int64_t ready = ready_since_suspended(pt, &nt_tls, mono);
+    /* Blocked since before the current window opened (snapshot with
+     * clear: true): only the part inside this window is recorded here.
+     * The closed window's part is dropped (its result is out already), so
+     * a pool thread idle for an hour does not put an hour of [GVL blocked]
+     * into a one-minute window. last_wall moves past the dropped part, so
+     * it does not turn into run time either. */
+    int64_t window = atomic_load_explicit(&rperf__engine.start_mono_ns, memory_order_relaxed);
+    if (susp < window) {
+        pt->last_wall += window - susp;
+        susp = window;
+        if (ready && ready < window) ready = window;
+    }
     int64_t blocked = (ready ? ready : mono) - susp;
     int64_t wait = ready ? mono - ready : 0;
     if (blocked > 0) pt->pend_blocked += blocked;

@@ -162,6 +162,31 @@ class TestSnapshot < Test::Unit::TestCase
     end
   end
 
+  # A thread blocked across windows (a pool thread waiting for work) puts
+  # into a window only the part of its block inside that window: the
+  # window it wakes in used to get the whole block since it began.
+  def test_a_block_across_windows_counts_only_in_its_window
+    RPERF_BACKENDS.each do |backend|
+      q = Queue.new
+      t = Thread.new { q.pop; rperf_work_a(0.02) }
+      Rperf.start(frequency: 1000, mode: :wall, backend: backend)
+      sleep 0.3
+      Rperf.snapshot(clear: true)
+      t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      sleep 0.1
+      q << 1
+      t.join
+      data = Rperf.snapshot(clear: true)
+      window = Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0
+      Rperf.stop
+      seq = data[:threads].map { |th| th[:thread_seq] }.max
+      blocked = data[:aggregated_samples].select { |s| s[2] == seq && s[0][0][1] == "[GVL blocked]" }.sum { |s| s[1] }
+      assert_operator(blocked, :>=, 50_000_000, "#{backend}: the block's part in the window\n#{rperf_describe(data)}")
+      assert_operator(blocked, :<=, window * 1e9, "#{backend}: no more than the window lasted\n#{rperf_describe(data)}")
+      assert_operator(rperf_weight_with(data, "Object#rperf_work_a"), :>, 0, backend.to_s)
+    end
+  end
+
   def test_snapshot_does_not_write_output
     Dir.mktmpdir do |dir|
       path = File.join(dir, "snap.collapsed")

@@ -9,7 +9,8 @@
  * GVL switch captures no stack unless its blocked/wait time is worth a
  * sample, short ones ride on the next sample with their time intact; the
  * engine counts threads announced but not yet run (unsettled); a thread
- * first met at RESUMED is weighed for its run after that; cpu mode
+ * first met at RESUMED is weighed for its run after that; a block across a
+ * cleared snapshot window counts only its part in the new window; cpu mode
  * reads the thread CPU clock only where a split needs it and keeps its
  * sums exact; READY on the suspending native thread splits blocked from
  * wait time.
@@ -122,6 +123,41 @@ RPERF_TEST(existing_thread_is_weighed_for_its_run_after_its_first_block)
      * instants to its exit) */
     RPERF_CHECK(t.total >= since_start - 1000000);
     RPERF_CHECK(t.total <= since_start + 1000000);
+    rperf_engine_release();
+}
+
+/* A thread blocked across a snapshot(clear: true) gets only the new
+ * window's part of that block when it resumes (the closed window's result
+ * is out; a pool thread idle for an hour used to put the whole hour into
+ * the window it woke in), and the dropped part does not become run time. */
+RPERF_TEST(a_block_across_a_cleared_window_counts_only_in_its_window)
+{
+    start_wall();
+    depth = 3;
+    rperf_thread_t *pt = rperf_thread_new(RPERF_THREAD_CREATED);
+    RPERF_CHECK(pt != NULL);
+    rperf_ev_resumed(pt);
+    rperf_ev_suspended(pt);          /* blocks ... */
+    let_ns_pass(5000000);            /* ... 5 ms in the first window */
+    rperf_engine_pause();
+    rperf_engine_resume(true);       /* snapshot(clear: true) */
+    int64_t window = rperf__engine.start_mono_ns;
+    let_ns_pass(2000000);            /* 2 ms in the new one */
+    rperf_ev_resumed(pt);
+    int64_t resumed = rperf__mono_ns();
+    let_ns_pass(1000000);            /* runs 1 ms */
+    rperf_sample_job(pt);
+    int64_t sampled = rperf__mono_ns();
+    rperf_ev_suspended(pt);
+    rperf_ev_exited(pt);
+    of_thread_t t = { pt->seq, 0, 0 };
+    rperf_engine_stop();
+    rperf_result_each_aggregated(scan_thread, &t);
+    int64_t off_gvl = t.total - t.run;
+    RPERF_CHECK(off_gvl >= 2000000);
+    RPERF_CHECK(off_gvl <= resumed - window);
+    RPERF_CHECK(t.run >= 1000000);
+    RPERF_CHECK(t.run <= sampled - window - off_gvl + 1000000);
     rperf_engine_release();
 }
 
@@ -532,6 +568,7 @@ int main(void)
     rperf_engine_init(&host);
     return RPERF_RUN(RPERF_CASE(exiting_thread_settles_pending_time_on_its_root_frame),
                      RPERF_CASE(existing_thread_is_weighed_for_its_run_after_its_first_block),
+                     RPERF_CASE(a_block_across_a_cleared_window_counts_only_in_its_window),
                      RPERF_CASE(new_thread_is_not_charged_for_its_first_wait),
                      RPERF_CASE(thread_table_keeps_exited_threads),
                      RPERF_CASE(tokens_never_name_state_of_another_run),
