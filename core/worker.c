@@ -5,14 +5,15 @@
  *
  * Wake-ups cost ~25 us of CPU here, so it sleeps up to RPERF_WORKER_PERIOD_MS
  * and is woken sooner only when a ring passes half full (rperf__worker_wake_for,
- * called by producers). A visit that finds nothing to drain or retire (an
- * idle process: no samples are taken while no thread holds a GVL) doubles
- * the wait, up to RPERF_WORKER_IDLE_MS; anything found brings it back. Records
- * waiting meanwhile are drained by the next visit, a producer's wake-up, or a
- * snapshot/stop (which drain everything first). Such a wake drains only the rings that asked (the
+ * called by producers). Such a wake drains only the rings that asked (the
  * urgent list); every thread is visited (drained, exited ones unlinked) once
  * per period. A busy thread at 10 kHz wakes the worker ~150 times a second,
  * and visiting 1,000 parked threads each time cost more than the samples.
+ * A visit that finds nothing to drain or retire (an idle process: no
+ * samples are taken while no thread holds a GVL) doubles the period, up to
+ * RPERF_WORKER_IDLE_MS; anything found brings it back. Records waiting
+ * meanwhile are drained by the next visit, a producer's wake-up, or a
+ * snapshot/stop (which drain everything first).
  *
  * Contexts: worker_main, rperf__worker_drain_all and rperf__worker_drain_urgent
  * run on the worker thread (or wherever the parked worker's drains are run);
