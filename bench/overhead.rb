@@ -46,6 +46,13 @@
 #              hand-offs; io: 240,341 for 8 × 750 × 10 round trips × 4)
 #   KiB/thr    profiler_memory_bytes / detected_thread_count of P
 #   drop       dropped_samples per profiled run
+# For switch and io, each round also pairs an unprofiled run with one where
+# a bare timer thread (bench/floor_tick.c, loaded through Fiddle; skipped
+# without cc) wakes at the same frequency and does nothing else: on this VM
+# such a wake-up among futex hand-offs costs the process several times what
+# it costs a compute loop. A second table prints, per switch, that floor
+# ("tick") and each backend's ns/switch and its excess over it ("above":
+# what the profiler adds to any timer thread at that rate).
 #
 # Part 3, accuracy (wall mode, 1 kHz, every backend, --rounds runs each): the
 # issue-12 comparison of C calls that release the GVL with C calls that keep
@@ -107,6 +114,7 @@
 
 require "rperf"
 require "tmpdir"
+require_relative "floor_tick"
 
 module OverheadBench
   # --- workloads -------------------------------------------------------------
@@ -394,14 +402,33 @@ module OverheadBench
       memory: data[:profiler_memory_bytes], threads: data[:detected_thread_count] }
   end
 
+  # One run with the bare timer thread of bench/floor_tick.c ticking at freq
+  # (no profiler): the floor of the per-switch figures.
+  def self.run_ticked(work, freq)
+    GC.start
+    c0 = now_cpu
+    w0 = now_wall
+    FloorTick.start(freq)
+    switches = work.call
+    cpu = now_cpu - c0
+    wall = now_wall - w0
+    wakes = FloorTick.stop
+    { cpu: cpu, wall: wall, switches: switches, samples: 0, wakes: wakes, dropped: 0, memory: 0, threads: 1,
+      sampling_time: 0 }
+  end
+
   # Interleaved rounds for one (workload, frequency, mode): each round runs,
   # for every backend in turn, an unprofiled run then a profiled one, so all
-  # backends meet the same drifts of the machine. Returns backend => row.
-  def self.measure(work, freq, backends, mode, rounds)
-    backends.each { |b| run_plain(work); run_profiled(work, freq, b, mode) } # warm-up (discarded)
-    pairs = backends.to_h { |b| [b, []] }
+  # backends meet the same drifts of the machine. With tick: true the bare
+  # timer thread gets its pair in each round too, as backend :tick.
+  # Returns backend => row.
+  def self.measure(work, freq, backends, mode, rounds, tick: false)
+    runs = backends.to_h { |b| [b, -> { run_profiled(work, freq, b, mode) }] }
+    runs[:tick] = -> { run_ticked(work, freq) } if tick
+    runs.each_value { |r| run_plain(work); r.call } # warm-up (discarded)
+    pairs = runs.transform_values { [] }
     rounds.times do
-      backends.each { |b| pairs[b] << [run_plain(work), run_profiled(work, freq, b, mode)] }
+      runs.each { |b, r| pairs[b] << [run_plain(work), r.call] }
     end
     pairs.transform_values do |list|
       per = ->(&f) { median(list.map { |u, p| f.(u, p) }) }
@@ -581,12 +608,14 @@ module OverheadBench
          "KiB/thr: profiler memory per thread seen"
     head = %w[workload mode Hz] + o[:backends].flat_map { |b| ["#{b} wall", "CPU", "ns/sample", "xfloor", "ns/switch", "KiB/thr", "drop"] }
     rows = []
+    switch_rows = []
     puts table(head, [], false).lines.first
     o[:workloads].each do |name|
       work = workload(name, o[:scale].fetch(name, o[:scale][nil]))
       o[:frequencies].each do |freq|
         o[:modes].each do |mode|
-          res = measure(work, freq, o[:backends], mode, o[:rounds])
+          tick = SWITCHING.include?(name) && FloorTick.available?
+          res = measure(work, freq, o[:backends], mode, o[:rounds], tick: tick)
           row = [name, mode.to_s, freq.to_s] + o[:backends].flat_map do |b|
             r = res[b]
             [pct(r[:wall]), pct(r[:cpu]), num(r[:ns_per_sample]), ratio(r[:ns_per_sample], floor),
@@ -594,9 +623,40 @@ module OverheadBench
           end
           rows << row
           puts table(head, rows, false).lines.last
+          switch_rows << switch_row(name, mode, freq, o[:backends], res) if tick
         end
       end
     end
+    report_switches(o, switch_rows)
+    return unless o[:markdown]
+
+    puts
+    puts table(head, rows, true)
+  end
+
+  # Workloads whose runs return their GVL switch count.
+  SWITCHING = %w[switch io].freeze
+
+  def self.switch_row(name, mode, freq, backends, res)
+    t = res[:tick]
+    [name, mode.to_s, freq.to_s, pct(t[:wall]), pct(t[:cpu]), num(t[:ns_per_switch])] +
+      backends.flat_map do |b|
+        ns = res[b][:ns_per_switch]
+        [num(ns), num(ns && t[:ns_per_switch] && ns - t[:ns_per_switch])]
+      end
+  end
+
+  # The per-switch figures against the in-process floor: a bare timer thread
+  # (bench/floor_tick.c) waking at the same frequency, no profiler, its
+  # unprofiled/ticked pairs interleaved with the backends' in each round.
+  def self.report_switches(o, rows)
+    return if rows.empty?
+
+    puts
+    puts "Per GVL switch against the floor: tick = a bare timer thread at the same frequency in this " \
+         "process (bench/floor_tick.c), no profiler; ns/switch as above; above = ns/switch − tick's"
+    head = ["workload", "mode", "Hz", "tick wall", "CPU", "ns/switch"] + o[:backends].flat_map { |b| ["#{b} ns/switch", "above"] }
+    puts table(head, rows, false)
     return unless o[:markdown]
 
     puts

@@ -13,6 +13,11 @@
 #   profiled    the profiler alone, no middleware (not in the default set:
 #               --configs=off,profiled,normalized separates the profiler's
 #               cost from the middleware's)
+#   tick        no profiler: a bare timer thread waking at the profiler's
+#               frequency (bench/floor_tick.c), the floor of what any
+#               sampling profiler at that rate costs this machine; with it
+#               in --configs the summary also prints each profiled
+#               configuration against it (rps/tick, +µs/req over tick)
 #
 #   server  a real Rack app (Rack::Handler::WEBrick) served by WEBrick over
 #           loopback in a child Ruby per configuration; this process is the
@@ -78,7 +83,8 @@ require "socket"
 
 module RperfSoak
   LIB = File.expand_path("../build/lib", __dir__)
-  CONFIGS = %w[off raw normalized profiled].freeze
+  CONFIGS = %w[off raw normalized profiled tick].freeze
+  UNPROFILED = %w[off tick].freeze
   DEFAULT_CONFIGS = %w[off raw normalized].freeze
   # [requests, urls, window] at scale 1
   PARTS = { "server" => [50_000, 25_000, 5_000], "inproc" => [200_000, 100_000, 20_000] }.freeze
@@ -137,6 +143,12 @@ module RperfSoak
     inner = App.new
     return inner if config == "off"
 
+    if config == "tick"
+      require_relative "floor_tick"
+      FloorTick.start(o[:frequency])
+      return inner
+    end
+
     require "rperf"
     require "rperf/middleware"
     Rperf.start(frequency: o[:frequency], mode: o[:mode].to_sym, backend: o[:backend]&.to_sym,
@@ -174,7 +186,7 @@ module RperfSoak
   def window_end(config, gc0)
     mark_ms = forced_minor_mark_ms # the window's state, before the clear
     t = mono
-    res = config == "off" ? nil : Rperf.snapshot(clear: true)
+    res = UNPROFILED.include?(config) ? nil : Rperf.snapshot(clear: true)
     snap_ms = (mono - t) * 1000
     gc = GC.stat
     fig = { "gc_ms" => gc[:time] - gc0[:time], "minor" => gc[:minor_gc_count] - gc0[:minor_gc_count],
@@ -237,7 +249,7 @@ module RperfSoak
       puts JSON.generate(fig)
     end
     server&.shutdown
-    Rperf.stop if config != "off" && Rperf.running?
+    Rperf.stop if !UNPROFILED.include?(config) && Rperf.running?
   rescue Exception => e # rubocop:disable Lint/RescueException
     puts JSON.generate("error" => "#{e.class}: #{e.message}", "where" => e.backtrace.first(5))
     raise
@@ -378,6 +390,10 @@ module RperfSoak
             "mark_ms" => median(ws.map { |r| r[c]["mark_ms"] }),
             "ms_per_minor" => median(ws.map { |r| ms_per_minor(r[c]) }),
             "bad" => ws.sum { |r| r[c]["bad"] }, "drop" => ws.sum { |r| r[c]["drop"] || 0 } }
+      if res["configs"].include?("tick") && !UNPROFILED.include?(c)
+        s["rps_tick_ratio"] = median(ws.map { |r| rps(r[c]) / rps(r["tick"]) })
+        s["cpu_over_tick_us"] = median(ws.map { |r| cpu_us(r[c]) - cpu_us(r["tick"]) })
+      end
       if res["configs"].include?("off") && c != "off"
         ratio = ->(&f) { median(ws.map { |r| (a = f.call(r[c])) && (b = f.call(r["off"])) && b.positive? ? a.to_f / b : nil }) }
         s["rps_ratio"] = ratio.call { |f| rps(f) }
@@ -407,6 +423,13 @@ module RperfSoak
     end
     out.puts format("targets:   rps/off >= %.2f   rss w_n/w2 <= %.2f   gc/off, ms/minor/off <= %.1f",
                     TARGETS[:rps], TARGETS[:rss], TARGETS[:gc])
+    against_tick = sum.select { |_, s| s["rps_tick_ratio"] }
+    unless against_tick.empty?
+      out.puts "against tick (a bare timer thread at the same frequency, no profiler; per-window, median):"
+      against_tick.each do |c, s|
+        out.puts format("  %-10s rps/tick %.3f   +µs/req over tick %.1f", c, s["rps_tick_ratio"], s["cpu_over_tick_us"])
+      end
+    end
     sum
   end
 

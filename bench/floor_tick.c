@@ -1,0 +1,80 @@
+/*
+ * floor_tick.c — the in-process floor of the benches: a bare timer thread
+ * inside a Ruby process, no profiler. It sleeps to absolute deadlines
+ * (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME)) at a given frequency and
+ * only counts its wake-ups, so a bench can run a workload with it and
+ * without it, side by side, and state what the profiler costs above what
+ * any timer thread waking at that rate costs this machine (on a nested VM a
+ * wake-up among GVL hand-offs costs far more than one in a compute loop:
+ * docs/performance.md). bench/floor.c is the same idea as a standalone
+ * program around a C loop.
+ *
+ * Built as a shared object by bench/floor_tick.rb (cc -O2 -shared -fPIC)
+ * and called through Fiddle. Contexts: floor_tick_start/stop from Ruby
+ * (GVL held; no Ruby API here); tick_main on its own thread, every signal
+ * blocked (process-directed signals must go to Ruby's threads).
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <time.h>
+
+#define NSEC 1000000000LL
+
+static pthread_t thr;
+static int started;
+static _Atomic int running;
+static _Atomic long wakes;
+static int64_t period;
+
+static int64_t mono_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * NSEC + t.tv_nsec;
+}
+
+static void *tick_main(void *arg)
+{
+    (void)arg;
+    int64_t deadline = mono_ns() + period;
+    while (atomic_load(&running)) {
+        struct timespec t = { .tv_sec = (time_t)(deadline / NSEC), .tv_nsec = (long)(deadline % NSEC) };
+        if (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &t, NULL) != 0) continue;
+        atomic_fetch_add_explicit(&wakes, 1, memory_order_relaxed);
+        int64_t now = mono_ns();
+        deadline += period;
+        if (deadline < now) deadline = now + period;   /* missed: skip, as the profiler does */
+    }
+    return NULL;
+}
+
+/* Starts the thread ticking at hz. Returns 0, or -1 (bad hz, already
+ * started, or pthread_create failed). */
+int floor_tick_start(long hz)
+{
+    if (hz <= 0 || started) return -1;
+    period = NSEC / hz;
+    atomic_store(&wakes, 0);
+    atomic_store(&running, 1);
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&thr, NULL, tick_main, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) return -1;
+    started = 1;
+    return 0;
+}
+
+/* Stops and joins the thread (within one period). Returns its wake-ups. */
+long floor_tick_stop(void)
+{
+    if (!started) return 0;
+    atomic_store(&running, 0);
+    pthread_join(thr, NULL);
+    started = 0;
+    return atomic_load(&wakes);
+}

@@ -1,0 +1,58 @@
+# frozen_string_literal: true
+
+# bench/floor_tick.rb — loads bench/floor_tick.c (a bare timer thread, no
+# profiler) into this Ruby process: built with cc into a temporary shared
+# object, called through Fiddle. The benches run their workloads with it as
+# a configuration of its own ("tick"), side by side with the unprofiled and
+# the profiled runs, so each profiler cost reads against what a timer thread
+# waking at the same rate costs this machine in the same run.
+#
+#   FloorTick.available?   # false without cc or Fiddle (the column is skipped)
+#   FloorTick.start(1000)  # raises if it cannot start
+#   FloorTick.stop         # -> wake-ups since start
+
+require "tmpdir"
+
+module FloorTick
+  SRC = File.expand_path("floor_tick.c", __dir__)
+
+  class << self
+    def available?
+      load!
+      !@start.nil?
+    end
+
+    def start(hz)
+      load!
+      raise "FloorTick: not available (#{@why})" unless @start
+      raise "FloorTick: could not start a #{hz} Hz timer thread" unless @start.call(hz).zero?
+    end
+
+    def stop
+      @stop.call
+    end
+
+    private
+
+    def load!
+      return if defined?(@loaded)
+
+      @loaded = true
+      begin
+        require "fiddle"
+      rescue LoadError => e
+        @why = "no Fiddle: #{e.message}"
+        return
+      end
+      so = File.join(Dir.tmpdir, "rperf-floor-tick-#{Process.pid}.so")
+      unless system("cc", "-O2", "-shared", "-fPIC", "-o", so, SRC, "-lpthread", exception: false)
+        @why = "cc failed or missing"
+        return
+      end
+      lib = Fiddle.dlopen(so)
+      File.unlink(so) # mapped already; nothing left behind
+      @start = Fiddle::Function.new(lib["floor_tick_start"], [Fiddle::TYPE_LONG], Fiddle::TYPE_INT)
+      @stop = Fiddle::Function.new(lib["floor_tick_stop"], [], Fiddle::TYPE_LONG)
+    end
+  end
+end
