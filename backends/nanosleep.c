@@ -33,8 +33,10 @@
  * already running before the start register themselves; it never reaches
  * a thread holding the main Ractor's GVL (that is the caller).
  *
- * Cost: every tick wakes this thread (~25 us of CPU on the reference
- * machine), which is why "signal" is the default (docs/backends.md).
+ * Cost: every tick wakes this thread (~10-25 us of CPU here), whether or
+ * not a thread runs. While no thread of any Ractor holds a GVL the tick
+ * thread parks (timer_thread.c; nobody_holds below), and the next RESUMED
+ * wakes it. "holder" is the default (docs/backends.md).
  *
  * Contexts: deliver runs on the timer thread (timer_thread.c) (no Ruby API: the
  * trigger and tgkill are async-signal-safe and thread-safe); start/stop
@@ -130,6 +132,7 @@ static void ns_thread_resumed(void)
     if (!atomic_load_explicit(&running, memory_order_relaxed)) return;
     slot_t *s = my_slot();
     if (s) atomic_store_explicit(&s->state, holder_state(), memory_order_release);
+    rperf_timer_thread_wake();   /* a parked tick thread has a holder again */
 }
 
 /* Send the tick signal to every holder whose state is `want` (with
@@ -178,11 +181,32 @@ static void reset_slots(void)
 
 /* ---- the tick (timer thread, timer_thread.c) ------------------------------ */
 
+/* Timer thread only: whether a job consumed the previous tick's trigger. */
+static bool consumed;
+
 static void deliver(int64_t now)
 {
     (void)now;
+    consumed = rperf_engine_ticks_unconsumed() == 0;
     rperf_engine_tick_sigsafe();     /* main Ractor */
     signal_holders(SLOT_OTHER);      /* other Ractors (numbered or new) */
+}
+
+/* Timer thread: no thread of any Ractor holds its GVL, so ticks go
+ * nowhere (the tick thread may park; ns_thread_resumed wakes it). A
+ * trigger consumed between the last two ticks means a main-Ractor thread
+ * ran Ruby code: not idle, and no scan. Otherwise every slot is read: a thread in
+ * a long C call or GC with its GVL held is still marked as holding (it
+ * has not suspended), and so is start's caller (identified at start). A
+ * thread the full table left without a slot is not seen here (4,096
+ * native threads at once); it gets ticks again after the watchdog. */
+static bool nobody_holds(void)
+{
+    if (consumed) return false;
+    int hwm = atomic_load_explicit(&slot_hwm, memory_order_acquire);
+    for (int i = 0; i < hwm; i++)
+        if (atomic_load_explicit(&slots[i].state, memory_order_acquire) != SLOT_IDLE) return false;
+    return true;
 }
 
 /* ---- lifecycle (GVL held) --------------------------------------------------- */
@@ -190,9 +214,10 @@ static void deliver(int64_t now)
 static int ns_start(const rperf_backend_config_t *cfg, char *err, size_t errlen)
 {
     reset_slots();
+    consumed = false;
     starting = atomic_load(&gen);   /* this native thread runs the caller (main Ractor) */
     atomic_store(&running, 1);
-    if (rperf_timer_thread_start(cfg, deliver, NULL, err, errlen) == 0) return 0;
+    if (rperf_timer_thread_start(cfg, deliver, nobody_holds, err, errlen) == 0) return 0;
     atomic_store(&running, 0);
     return -1;
 }

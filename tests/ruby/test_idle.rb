@@ -1,7 +1,8 @@
 # frozen_string_literal: true
 #
 # An idle profiled process: while no thread of any Ractor holds a GVL, the
-# default backend's tick thread parks and the worker waits longer, so a
+# timer-thread backends' tick thread (:holder, the default, and :nanosleep)
+# parks and the worker waits longer, so a
 # server left profiled between requests costs almost nothing (issue 10:
 # "nearly free to leave on"). And the first thread that takes a GVL again
 # (main thread, another thread, another Ractor's) wakes the ticks at once:
@@ -25,13 +26,19 @@ class TestIdle < Test::Unit::TestCase
     end
   RUBY
 
+  TIMER_BACKENDS = %i[holder nanosleep].freeze
+
+  def each_backend_and_mode(&block)
+    TIMER_BACKENDS.product(%i[wall cpu]).each(&block)
+  end
+
   def test_an_idle_process_wakes_the_profiler_rarely
-    %i[wall cpu].each do |mode|
+    each_backend_and_mode do |backend, mode|
       run = run_child(<<~RUBY, timeout: 60)
         #{WAKES}
         q = Queue.new
         blocked = 3.times.map { Thread.new { q.pop } }
-        Rperf.start(backend: :holder, frequency: 1000, mode: :#{mode})
+        Rperf.start(backend: :#{backend}, frequency: 1000, mode: :#{mode})
         sleep 0.3                      # every thread blocked: nothing to tick
         a = rperf_wakes
         sleep 1.0
@@ -42,12 +49,13 @@ class TestIdle < Test::Unit::TestCase
         child_report(timer: b["rperf-timer"] - a["rperf-timer"],
                      worker: b["rperf-worker"] - a["rperf-worker"])
       RUBY
-      assert_child_ok(run, mode.to_s)
+      what = "#{backend} #{mode}"
+      assert_child_ok(run, what)
       rep = run.report
       # ticking: ~1,000 wake-ups in that second; parked: the watchdog's 1
-      assert_operator(rep["timer"], :<, 100, "#{mode}: the tick thread parks while idle #{rep}")
+      assert_operator(rep["timer"], :<, 100, "#{what}: the tick thread parks while idle #{rep}")
       # every 50 ms: 20; backing off while nothing is recorded: ~3
-      assert_operator(rep["worker"], :<, 10, "#{mode}: the worker backs off while idle #{rep}")
+      assert_operator(rep["worker"], :<, 10, "#{what}: the worker backs off while idle #{rep}")
     end
   end
 
@@ -56,7 +64,7 @@ class TestIdle < Test::Unit::TestCase
   # about 1 kHz. A missed wake would leave the ticks parked until the
   # watchdog (1 s): no sample at all in 0.25 s of work.
   def test_work_after_an_idle_spell_is_sampled_at_the_full_rate
-    %i[wall cpu].each do |mode|
+    each_backend_and_mode do |backend, mode|
       run = run_child(<<~RUBY, timeout: 120)
         Warning[:experimental] = false
         def rperf_idle_main(s) = cpu_spin(s)
@@ -68,7 +76,7 @@ class TestIdle < Test::Unit::TestCase
           x += 1 while Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID) < t
           x
         end
-        Rperf.start(backend: :holder, frequency: 1000, mode: :#{mode}, aggregate: false)
+        Rperf.start(backend: :#{backend}, frequency: 1000, mode: :#{mode}, aggregate: false)
         sleep 0.3
         rperf_idle_main(0.25)
         sleep 0.3
@@ -82,12 +90,37 @@ class TestIdle < Test::Unit::TestCase
         child_report(main: count.("Object#rperf_idle_main"), thread: count.("Object#rperf_idle_thread"),
                      ractor: data[:raw_samples].count { |s| ractor_seqs.include?(s[2]) })
       RUBY
-      assert_child_ok(run, mode.to_s)
+      what = "#{backend} #{mode}"
+      assert_child_ok(run, what)
       rep = run.report
       # ~250 each at 1 kHz; a quarter of that leaves room for a loaded machine
       %w[main thread ractor].each do |k|
-        assert_operator(rep[k], :>=, 60, "#{mode}: #{k} sampled after an idle spell #{rep}")
+        assert_operator(rep[k], :>=, 60, "#{what}: #{k} sampled after an idle spell #{rep}")
       end
+    end
+  end
+
+  # The caller of start holds the GVL from before the start: no RESUMED
+  # told the backend. Right after start it sits in a C call that keeps the
+  # GVL and takes no job (a sort of 500,000 Floats: no safepoint), so
+  # every trigger stays unconsumed, as in an idle process. The tick thread
+  # must still see a holder and keep ticking; had it parked, nothing would
+  # wake it when the call returns (no thread resumes), and the work after
+  # the call would wait for the watchdog (1 s): about no sample in 0.25 s.
+  def test_a_gvl_holding_call_right_after_start_keeps_the_ticks
+    each_backend_and_mode do |backend, mode|
+      run = run_child(<<~RUBY, timeout: 60)
+        def rperf_after_sort(s) = cpu_spin(s)
+        floats = Array.new(500_000) { rand }
+        Rperf.start(backend: :#{backend}, frequency: 1000, mode: :#{mode}, aggregate: false)
+        floats.sort!
+        rperf_after_sort(0.25)
+        data = Rperf.stop
+        child_report(after: data[:raw_samples].count { |s| s[0].any? { |f| f[1] == "Object#rperf_after_sort" } })
+      RUBY
+      what = "#{backend} #{mode}"
+      assert_child_ok(run, what)
+      assert_operator(run.report["after"], :>=, 60, "#{what}: work after the call sampled #{run.report}")
     end
   end
 end
