@@ -232,8 +232,12 @@ static bool direct_trigger_exact(int64_t since, int64_t now)
            (since == 0 || now - since >= GUARD_NS);
 }
 
-/* Timer thread only: each slot's thread CPU time at the previous check. */
+/* Timer thread only: each slot's thread CPU time at the previous check,
+ * the tick of that check (ticks counts deliver's calls) and its answer. */
 static int64_t slot_cpu[MAX_SLOTS];
+static uint64_t slot_tick[MAX_SLOTS];
+static bool slot_ran[MAX_SLOTS];
+static uint64_t ticks;
 static int64_t interval_ns;
 
 /* Timer thread: whether the holder in slot i has run (used a quarter of an
@@ -242,9 +246,13 @@ static int64_t interval_ns;
  * waiting for I/O, a lock), or just resumed. It runs no job before it runs
  * again, and a signal would only interrupt its call (EINTR): it gets none.
  * Reads the thread's CPU clock by its tid (Linux's thread CPU clock id,
- * as glibc's pthread_getcpuclockid builds it); unknown counts as running. */
+ * as glibc's pthread_getcpuclockid builds it); unknown counts as running.
+ * At most one read per slot and tick: a second call in the same tick gets
+ * the first one's answer (a second read microseconds later would see no
+ * CPU time and call a running holder blocked). */
 static bool holder_ran(int i)
 {
+    if (slot_tick[i] == ticks) return slot_ran[i];
     int32_t tid = atomic_load_explicit(&table[i].tid, memory_order_relaxed);
     if (tid <= 0) return false;
     clockid_t cid = (clockid_t)((~(uint32_t)tid << 3) | 6u);   /* per thread, SCHED */
@@ -253,7 +261,24 @@ static bool holder_ran(int i)
     int64_t cpu = (int64_t)t.tv_sec * NSEC + t.tv_nsec;
     int64_t prev = slot_cpu[i];
     slot_cpu[i] = cpu;
-    return cpu - prev >= interval_ns / 4;
+    slot_tick[i] = ticks;
+    slot_ran[i] = cpu - prev >= interval_ns / 4;
+    return slot_ran[i];
+}
+
+/* Timer thread: holder_ran for the penalty check, which only asks about a
+ * holder that took the previous tick's direct trigger and has not run its
+ * job. The CPU clock read is a system call (~1.6 us here), so the ticks
+ * that need no answer (the trigger was consumed: the common case) read
+ * nothing. Without a check at the previous tick there is no baseline:
+ * this tick takes one and answers "did not run" (no penalty, the trigger
+ * stays direct, no signal: never a signal on a guess), so a trigger gone
+ * astray is found one tick later. */
+static bool holder_ran_since_last_tick(int i)
+{
+    bool fresh = slot_tick[i] + 1 == ticks;
+    bool ran = holder_ran(i);
+    return fresh && ran;
 }
 
 /* Timer thread: whether native thread `tid` is in the kernel's sleep states
@@ -282,12 +307,13 @@ static bool signal_running_holder(int i, bool ran)
  * next `pen_left` ticks go by signal; consecutive misses double it (2, 4,
  * ... 1024 ticks), a direct trigger that works resets it. */
 static bool last_direct;
-static int last_slot = -1, pen_slot = -1;
-static int64_t last_since, pen_since;
+static int last_slot = -1, pen_slot = -1, proven_slot = -1;
+static int64_t last_since, pen_since, proven_since;
 static int pen_streak, pen_left;
 
 static void deliver(int64_t now)
 {
+    ticks++;
     int m = atomic_load_explicit(&main_holder.slot, memory_order_acquire);
     if (m >= 0 && atomic_load_explicit(&table[m].holds, memory_order_acquire) == HOLDS_MAIN) {
         /* Self-check: a direct trigger that no job has consumed by the next
@@ -297,10 +323,9 @@ static void deliver(int64_t now)
          * not foresee). That holder gets the penalty below (signals for 2,
          * 4, ... 1024 ticks); a new holder starts afresh. */
         int64_t since = atomic_load_explicit(&table[m].since, memory_order_relaxed);
-        bool ran = holder_ran(m);
         if (last_direct) {
             bool again = pen_slot == last_slot && pen_since == last_since;
-            if (rperf_engine_ticks_unconsumed() > 0 && last_slot == m && ran) {
+            if (rperf_engine_ticks_unconsumed() > 0 && last_slot == m && holder_ran_since_last_tick(m)) {
                 /* astray, or only late (a holder running a long C call or
                  * GC takes no job either way; one that did not run is
                  * simply blocked): signals, doubling on repeated misses */
@@ -311,6 +336,13 @@ static void deliver(int64_t now)
             } else if (again) {
                 pen_streak = 0;
             }
+            /* this holder's direct trigger was taken: it is exact for as
+             * long as the holder keeps its GVL (running_ec changes only at
+             * an acquisition) */
+            if (rperf_engine_ticks_unconsumed() == 0 && last_slot == m && last_since == since) {
+                proven_slot = m;
+                proven_since = since;
+            }
         }
         bool penalised = pen_left > 0 && pen_slot == m && pen_since == since;
         if (penalised) pen_left--;
@@ -319,7 +351,12 @@ static void deliver(int64_t now)
         last_since = since;
         /* A holder that is blocked gets the direct trigger instead of a
          * signal: its job runs when its call returns either way. */
-        if (!last_direct && !signal_running_holder(m, ran)) last_direct = true;
+        if (!last_direct && !signal_running_holder(m, holder_ran(m))) last_direct = true;
+        /* A holder not yet seen taking a direct trigger (attached at start,
+         * just resumed, or back from a penalty) gets its CPU clock read at
+         * each direct tick, so the check at the next tick has a baseline
+         * and a miss is found there; a proven one is read only on a miss. */
+        if (last_direct && !(proven_slot == m && proven_since == since)) (void)holder_ran(m);
         if (last_direct) rperf_engine_tick_sigsafe();
     }
     if (atomic_load_explicit(&other_holders, memory_order_relaxed) <= 0) return;
@@ -372,7 +409,9 @@ static int holder_start(const rperf_backend_config_t *cfg, char *err, size_t err
     last_direct = false;
     interval_ns = cfg->interval_ns;
     memset(slot_cpu, 0, sizeof slot_cpu);
-    last_slot = pen_slot = -1;
+    memset(slot_tick, 0, sizeof slot_tick);
+    ticks = 1;   /* the first tick is 2: no slot looks checked at a tick before it */
+    last_slot = pen_slot = proven_slot = -1;
     pen_streak = pen_left = 0;
     atomic_store(&running, 1);
     if (rperf_timer_thread_start(cfg, deliver, nobody_holds, err, errlen) == 0) return 0;
