@@ -325,7 +325,8 @@ static void deliver(int64_t now)
         int64_t since = atomic_load_explicit(&table[m].since, memory_order_relaxed);
         if (last_direct) {
             bool again = pen_slot == last_slot && pen_since == last_since;
-            if (rperf_engine_ticks_unconsumed() > 0 && last_slot == m && holder_ran_since_last_tick(m)) {
+            bool missed = rperf_engine_ticks_unconsumed() > 0;
+            if (missed && last_slot == m && holder_ran_since_last_tick(m)) {
                 /* astray, or only late (a holder running a long C call or
                  * GC takes no job either way; one that did not run is
                  * simply blocked): signals, doubling on repeated misses */
@@ -339,7 +340,7 @@ static void deliver(int64_t now)
             /* this holder's direct trigger was taken: it is exact for as
              * long as the holder keeps its GVL (running_ec changes only at
              * an acquisition) */
-            if (rperf_engine_ticks_unconsumed() == 0 && last_slot == m && last_since == since) {
+            if (!missed && last_slot == m && last_since == since) {
                 proven_slot = m;
                 proven_since = since;
             }
@@ -410,6 +411,7 @@ static int holder_start(const rperf_backend_config_t *cfg, char *err, size_t err
     interval_ns = cfg->interval_ns;
     memset(slot_cpu, 0, sizeof slot_cpu);
     memset(slot_tick, 0, sizeof slot_tick);
+    memset(slot_ran, 0, sizeof slot_ran);
     ticks = 1;   /* the first tick is 2: no slot looks checked at a tick before it */
     last_slot = pen_slot = proven_slot = -1;
     pen_streak = pen_left = 0;

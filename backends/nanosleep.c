@@ -195,11 +195,11 @@ static void deliver(int64_t now)
 /* Timer thread: no thread of any Ractor holds its GVL, so ticks go
  * nowhere (the tick thread may park; ns_thread_resumed wakes it). A
  * trigger consumed between the last two ticks means a main-Ractor thread
- * ran Ruby code: not idle, and no scan. Otherwise every slot is read: a thread in
- * a long C call or GC with its GVL held is still marked as holding (it
- * has not suspended), and so is start's caller (identified at start). A
- * thread the full table left without a slot is not seen here (4,096
- * native threads at once); it gets ticks again after the watchdog. */
+ * ran Ruby code: not idle, and no scan. Otherwise every slot is read: a
+ * thread in a long C call or GC with its GVL held is still marked as
+ * holding (it has not suspended), and so is start's caller (identified at
+ * start). A thread the full table left without a slot is not seen here
+ * (4,096 native threads at once); it gets ticks again after the watchdog. */
 static bool nobody_holds(void)
 {
     if (consumed) return false;
