@@ -60,8 +60,13 @@ typedef struct rperf_nt {
     uint64_t run_id;         /* run in which cur was set (stale otherwise) */
     uint64_t switches;       /* RESUMED count on this native thread */
     int64_t resumed_mono;    /* CLOCK_MONOTONIC at its last RESUMED */
-    int64_t ready_mono;      /* at the last READY seen here (rperf_ev_ready_here) */
-    uint64_t ready_switches; /* `switches` then: names the suspension it ends */
+    /* at the last READY seen here (rperf_ev_ready_here), and `switches`
+     * then (it names the suspension that READY ends). Atomic (relaxed)
+     * because a window's close reads them from another thread for a
+     * suspended thread (rperf__settle_blocked); a torn pair reads as "not
+     * ready", never as a wrong time. */
+    _Atomic int64_t ready_mono;
+    _Atomic uint64_t ready_switches;
     int32_t tid;
     uint32_t stripe;         /* 1 + its quiescence stripe (engine.c); 0: none yet */
 } rperf_nt_t;
@@ -89,6 +94,10 @@ struct rperf_thread {
     uint64_t susp_switches;        /* nt->switches at SUSPENDED */
     rperf_nt_t *susp_nt;           /* native thread at SUSPENDED */
     _Atomic int64_t ready_wall;    /* READY (any thread) */
+    /* wall mode: the off-GVL time of the current suspension is recorded up
+     * to here (a window closed meanwhile: rperf__settle_blocked); 0 none.
+     * Written only while the thread is off the GVL, with the GVL held. */
+    int64_t settled_wall;
     /* wall mode: [GVL blocked] / [GVL wait] time not yet recorded (short
      * intervals wait for a sample to ride on, see thread_state.c) */
     int64_t pend_blocked;
@@ -129,6 +138,11 @@ struct rperf_thread {
      * pending time is charged to when it exits with no Ruby frame left
      * (marked by rperf_engine_mark) */
     _Atomic rperf_frame_t last_root;
+
+    /* the host's handle on the Ruby thread (its Thread VALUE), for reading
+     * its stack while it is off the GVL (rperf__settle_blocked); 0 none.
+     * Meaningful only while `exited` is 0. */
+    _Atomic uintptr_t host_ref;
 
     /* lifecycle */
     _Atomic int exited;
@@ -226,6 +240,9 @@ void rperf__index_clear(const rperf_thread_t *pt);
 void rperf__index_reset(void);
 void rperf__gc_reset(void);
 void rperf__sample_settle(rperf_thread_t *pt);
+/* GVL held (main Ractor), worker parked: record what the main Ractor's
+ * threads off the GVL spent off it up to `now` (thread_state.c). */
+void rperf__settle_blocked(int64_t now);
 void rperf__thread_retire(rperf_thread_t *prev, rperf_thread_t *pt);
 void rperf__thread_destroy(rperf_thread_t *pt);
 
@@ -240,6 +257,7 @@ void rperf__worker_wake_for(rperf_thread_t *pt); /* own: pt's ring passed high w
  * happened since the last look). */
 size_t rperf__worker_drain_all(void);     /* worker, or with worker parked */
 size_t rperf__worker_drain_urgent(void);  /* worker: the threads that asked only */
+size_t rperf__worker_drain_thread(rperf_thread_t *pt); /* worker parked: one ring */
 void rperf__worker_fork_prepare(void);
 void rperf__worker_fork_parent(void);
 void rperf__worker_fork_child(void);
@@ -267,10 +285,14 @@ typedef struct rperf_engine {
     _Atomic uint64_t timer_overruns;
     _Atomic uint32_t thread_seq;
     _Atomic int unsettled;              /* created (STARTED), not yet run or exited */
+    _Atomic int thread_new_failed;      /* a thread of this run went unprofiled */
     int64_t start_real_ns;
     /* when the run or the current snapshot window (clear: true) began;
      * written with the GVL held, read by threads' hooks (RESUMED) */
     _Atomic int64_t start_mono_ns;
+    /* when the current window was closed (pause for a snapshot, stop): the
+     * end of its duration and the start of the next window; 0 while open */
+    int64_t close_mono_ns;
 } rperf_engine_t;
 
 extern rperf_engine_t rperf__engine;

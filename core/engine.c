@@ -104,6 +104,11 @@ bool rperf_engine_register_sigsafe(void)
     return rperf__engine.host.trigger_register && rperf__engine.host.trigger_register();
 }
 
+bool rperf_engine_threads_complete(void)
+{
+    return !atomic_load_explicit(&rperf__engine.thread_new_failed, memory_order_relaxed);
+}
+
 int rperf_engine_unsettled_threads(void)
 {
     return atomic_load_explicit(&rperf__engine.unsettled, memory_order_acquire);
@@ -158,9 +163,11 @@ int rperf_engine_start(const rperf_config_t *cfg, rperf_thread_t **caller,
     atomic_store(&rperf__engine.outstanding, 0);
     atomic_store(&rperf__engine.thread_seq, 0);
     atomic_store(&rperf__engine.unsettled, 0);
+    atomic_store(&rperf__engine.thread_new_failed, 0);
     atomic_store(&rperf__engine.dropped_retired, 0);
     rperf__gc_reset();
     reset_counters();
+    rperf__engine.close_mono_ns = 0;
 
     rperf__epoch_reset();
     if (rperf__frames_init() < 0 || rperf__agg_init(cfg->aggregate) < 0) {
@@ -209,12 +216,23 @@ static void halt(void)
     atomic_store(&rperf__engine.has_results, 1);
 }
 
+/* GVL held: close the current window at one instant — the caller's last
+ * partial interval, then (worker parked, so no thread is unlinked under
+ * the walk) the blocks of threads off the GVL up to the same instant. */
+static void close_window(void)
+{
+    int64_t now = rperf__mono_ns();
+    rperf_thread_t *self = rperf_current_thread_sigsafe();
+    if (self) rperf__sample_settle(self);
+    rperf__worker_pause();
+    rperf__settle_blocked(now);
+    rperf__engine.close_mono_ns = now;
+}
+
 int rperf_engine_stop(void)
 {
     if (!atomic_load(&rperf__engine.running)) return -1;
-    /* Settle the caller's last partial interval while sampling is on. */
-    rperf_thread_t *self = rperf_current_thread_sigsafe();
-    if (self) rperf__sample_settle(self);
+    close_window();     /* while sampling is on; the worker stays parked */
     halt();
     return 0;
 }
@@ -230,12 +248,7 @@ void rperf_engine_release(void)
     free_run();
 }
 
-void rperf_engine_pause(void)
-{
-    rperf_thread_t *self = rperf_current_thread_sigsafe();
-    if (self) rperf__sample_settle(self);
-    rperf__worker_pause();
-}
+void rperf_engine_pause(void) { close_window(); }
 
 void rperf_engine_resume(bool clear)
 {
@@ -245,10 +258,18 @@ void rperf_engine_resume(bool clear)
         rperf__frames_clear();
         rperf__archive_clear();
         reset_counters();
+        /* the new window starts where the closed one ended: the blocks
+         * recorded up to the close go on from there (resume_wall) */
+        int64_t shift = rperf__mono_ns() - rperf__engine.close_mono_ns;
+        if (shift > 0) {
+            rperf__engine.start_real_ns -= shift;
+            rperf__engine.start_mono_ns = rperf__engine.close_mono_ns;
+        }
         atomic_store(&rperf__engine.dropped_retired, 0);
         for (rperf_thread_t *pt = atomic_load(&rperf__threads); pt; pt = atomic_load(&pt->next))
             atomic_store(&pt->dropped, 0);
     }
+    rperf__engine.close_mono_ns = 0;
     rperf__worker_resume();
 }
 
@@ -280,6 +301,7 @@ void rperf_engine_stats(rperf_stats_t *out)
     out->detected_threads = atomic_load(&rperf__engine.thread_seq);
     out->start_time_ns = rperf__engine.start_real_ns;
     out->start_mono_ns = rperf__engine.start_mono_ns;
+    out->end_mono_ns = rperf__engine.close_mono_ns;
 }
 
 /* GC marking: lock-free. Order matters (see ring.c): rings, then the

@@ -68,6 +68,12 @@ typedef struct rperf_host {
      * not know yet; request the job if this native thread runs Ruby code
      * (the job then registers the thread it runs on). True if requested. */
     bool (*trigger_register)(void);
+    /* GVL held, main Ractor: capture the stack of the Ruby thread `ref`
+     * (rperf_thread_set_host_ref), which is off the GVL and has not exited,
+     * leaf first; returns the depth (0: none). Must not allocate Ruby
+     * objects. Optional: without it, a window's close records nothing for
+     * threads off the GVL (their block is recorded when they resume). */
+    int (*capture_thread)(uintptr_t ref, rperf_frame_t *buf, int max);
 } rperf_host_t;
 
 typedef struct rperf_config {
@@ -80,6 +86,8 @@ typedef struct rperf_config {
                                  start so their running threads register */
     const int32_t *bootstrap_skip; /* sorted tids the bootstrap leaves out */
     size_t bootstrap_nskip;
+    bool main_mn;             /* the main Ractor runs M:N threads (several Ruby
+                                 threads share a native thread) */
     const struct rperf_backend_ops *backend;
 } rperf_config_t;
 
@@ -92,6 +100,8 @@ typedef struct rperf_stats {
     uint32_t detected_threads;  /* thread_seq values handed out */
     int64_t start_time_ns;      /* CLOCK_REALTIME at start / last clear */
     int64_t start_mono_ns;      /* CLOCK_MONOTONIC at the same moment */
+    int64_t end_mono_ns;        /* CLOCK_MONOTONIC when the window was closed
+                                   (snapshot, stop); 0 while open */
 } rperf_stats_t;
 
 /* ---- lifecycle (GVL held) ----------------------------------------------- */
@@ -151,6 +161,9 @@ rperf_thread_t *rperf_thread_new(rperf_thread_origin_t origin);
  * inside enter/leave (no signal handler). */
 uintptr_t rperf_thread_token(const rperf_thread_t *pt);
 rperf_thread_t *rperf_thread_from_token(uintptr_t token);
+/* GVL held: the token was stored in this run (the thread was met: it may
+ * have exited since, and its state be gone). */
+bool rperf_thread_token_this_run(uintptr_t token);
 /* own: the thread `pt` is the caller and runs now (start, label, job). */
 void rperf_thread_attach_current(rperf_thread_t *pt);
 void rperf_ev_resumed(rperf_thread_t *pt);   /* own, GVL held by pt */
@@ -188,6 +201,9 @@ int64_t rperf_resumed_mono(void);
  * true for the thread's first job and then every 32nd: the host then reads
  * Thread#name (outside enter/leave, it calls Ruby) and stores it. */
 void rperf_thread_set_ractor(rperf_thread_t *pt, uint32_t ractor_id);
+/* Any context where pt was just created or is the caller's own thread:
+ * the host's handle on pt's Ruby thread (host.capture_thread). */
+void rperf_thread_set_host_ref(rperf_thread_t *pt, uintptr_t ref);
 uint32_t rperf_thread_ractor(const rperf_thread_t *pt);   /* any context */
 bool rperf_thread_wants_name(rperf_thread_t *pt);
 void rperf_thread_set_name(rperf_thread_t *pt, const char *name, size_t len);
@@ -212,6 +228,10 @@ void rperf_engine_count_overruns(uint64_t n);
  * had their first turn (RESUMED) yet nor exited. While one exists, Ruby
  * 3.3's main-Ractor running_ec may name it instead of the GVL holder. */
 int rperf_engine_unsettled_threads(void);
+/* GVL held: no thread of this run failed to get state (out of memory). A
+ * Ruby thread with no token of this run was then never met: it has not
+ * held its GVL since the start, so it has not exited either. */
+bool rperf_engine_threads_complete(void);
 /* any context: ticks delivered that no sampling job has consumed yet (a
  * job consumes every tick outstanding when it records a sample). */
 uint64_t rperf_engine_ticks_unconsumed(void);

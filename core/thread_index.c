@@ -65,6 +65,11 @@ void rperf__index_clear(const rperf_thread_t *pt)
     if (s) atomic_store_explicit(s, NULL, memory_order_release);
 }
 
+bool rperf_thread_token_this_run(uintptr_t token)
+{
+    return token && (uint32_t)(token >> 32) == token_run();
+}
+
 rperf_thread_t *rperf_thread_from_token(uintptr_t token)
 {
     if (!token || (uint32_t)(token >> 32) != token_run()) return NULL;

@@ -7,7 +7,9 @@
  * Contexts (see rperf_core.h): rperf_ev_resumed/suspended/exited, the job and
  * the GC events run "own" (on the native thread running the Ruby thread, no
  * Ruby API besides the host's capture callback); rperf_ev_ready may run on
- * any native thread and only stores a timestamp; rperf_current_thread_sigsafe
+ * any native thread and only stores a timestamp; rperf__settle_blocked runs
+ * on the thread closing a window (GVL held, worker parked) for threads
+ * parked off the GVL, which cannot run meanwhile (see there); rperf_current_thread_sigsafe
  * is async-signal-safe. The registry list is pushed lock-free (CAS) and
  * unlinked only by the worker; freed nodes go through the worker's epoch.
  *
@@ -53,19 +55,25 @@ static const rperf_backend_ops_t *backend(void) { return rperf__engine.cfg.backe
 
 /* ---- creation / destruction ------------------------------------------- */
 
+static rperf_thread_t *thread_new_failed(void)
+{
+    atomic_store_explicit(&rperf__engine.thread_new_failed, 1, memory_order_relaxed);
+    return NULL;
+}
+
 rperf_thread_t *rperf_thread_new(rperf_thread_origin_t origin)
 {
     rperf_thread_t *pt = rperf__calloc(1, sizeof(*pt));
-    if (!pt) return NULL;
+    if (!pt) return thread_new_failed();
     if (rperf__ring_init(pt, rperf__engine.cfg.ring_slots) < 0) {
         rperf__free(pt, sizeof(*pt));
-        return NULL;
+        return thread_new_failed();
     }
     pt->seq = atomic_fetch_add(&rperf__engine.thread_seq, 1) + 1;
     pt->run_id = rperf__engine.run_id;
     if (rperf__index_put(pt) < 0) {
         rperf__thread_destroy(pt);   /* this thread goes unprofiled */
-        return NULL;
+        return thread_new_failed();
     }
     pt->cpu_mark = -1;
     /* A thread first met at RESUMED existed before (or was created during)
@@ -185,6 +193,7 @@ void rperf_thread_attach_current(rperf_thread_t *pt)
     pt->mark_idle = 0;
     pt->last_cpu = pt->cpu_acc;
     pt->susp_wall = 0;
+    pt->settled_wall = 0;
     set_current(pt);
     if (backend() && backend()->thread_attached) backend()->thread_attached();
     else if (backend() && backend()->thread_resumed) backend()->thread_resumed();
@@ -316,20 +325,26 @@ void rperf_ev_ready(rperf_thread_t *pt)
 void rperf_ev_ready_here(void)
 {
     rperf_nt_t *nt = &nt_tls;
-    nt->ready_mono = rperf__mono_ns();
-    nt->ready_switches = nt->switches;
+    atomic_store_explicit(&nt->ready_mono, rperf__mono_ns(), memory_order_relaxed);
+    atomic_store_explicit(&nt->ready_switches, nt->switches, memory_order_relaxed);
 }
 
 /* own, at RESUMED: when pt became ready since its SUSPENDED, 0 if unknown.
  * A READY on this native thread counts if no RESUMED came here since pt
  * suspended here (the host saw pt's identity); otherwise the one stored on
  * pt by rperf_ev_ready, if any (cleared at SUSPENDED). */
+static int64_t ready_here(const rperf_thread_t *pt, rperf_nt_t *nt)
+{
+    if (pt->susp_nt != nt) return 0;
+    int64_t at = atomic_load_explicit(&nt->ready_mono, memory_order_relaxed);
+    uint64_t sw = atomic_load_explicit(&nt->ready_switches, memory_order_relaxed);
+    return sw == pt->susp_switches ? at : 0;
+}
+
 static int64_t ready_since_suspended(rperf_thread_t *pt, rperf_nt_t *nt, int64_t mono)
 {
     int64_t susp = pt->susp_wall;
-    int64_t ready = 0;
-    if (pt->susp_nt == nt && nt->ready_switches == pt->susp_switches && nt->ready_mono >= susp)
-        ready = nt->ready_mono;
+    int64_t ready = ready_here(pt, nt);
     int64_t other = atomic_load_explicit(&pt->ready_wall, memory_order_relaxed);
     if (other > 0) {
         /* READY came before this RESUMED, and the next one comes only after
@@ -421,29 +436,37 @@ static int64_t resume_cpu(rperf_thread_t *pt, rperf_nt_t *nt, int64_t mono)
     return native;
 }
 
+/* Wall mode: add pt's time off the GVL up to `now` to its pending
+ * [GVL blocked] (until `ready`, 0 = no READY seen) and [GVL wait] (after).
+ * It counts from SUSPENDED, or from where a window's close recorded it up
+ * to (rperf__settle_blocked); a READY before that point means the thread
+ * was already waiting then. A block that began before the current window
+ * and was not recorded at its close (another Ractor's thread) counts from
+ * the window's start: the closed window's part is dropped (its result is
+ * out already), so a thread idle for an hour does not put an hour of
+ * [GVL blocked] into a one-minute window; last_wall moves past the dropped
+ * part, so it does not turn into run time either. */
+static void add_off_gvl(rperf_thread_t *pt, int64_t ready, int64_t now)
+{
+    int64_t from = pt->susp_wall > pt->settled_wall ? pt->susp_wall : pt->settled_wall;
+    int64_t window = atomic_load_explicit(&rperf__engine.start_mono_ns, memory_order_relaxed);
+    if (from < window) {
+        pt->last_wall += window - from;
+        from = window;
+    }
+    if (ready && ready < from) ready = from;
+    int64_t blocked = (ready ? ready : now) - from;
+    int64_t wait = ready ? now - ready : 0;
+    if (blocked > 0) pt->pend_blocked += blocked;
+    if (wait > 0) pt->pend_wait += wait;
+}
+
 /* Wall mode, at RESUMED (own): the time since SUSPENDED was [GVL blocked]
  * until READY and [GVL wait] since. */
 static void resume_wall(rperf_thread_t *pt, int64_t mono)
 {
     if (pt->susp_wall <= 0) return;
-    int64_t susp = pt->susp_wall;
-    int64_t ready = ready_since_suspended(pt, &nt_tls, mono);
-    /* Blocked since before the current window opened (snapshot with
-     * clear: true): only the part inside this window is recorded here.
-     * The closed window's part is dropped (its result is out already), so
-     * a pool thread idle for an hour does not put an hour of [GVL blocked]
-     * into a one-minute window. last_wall moves past the dropped part, so
-     * it does not turn into run time either. */
-    int64_t window = atomic_load_explicit(&rperf__engine.start_mono_ns, memory_order_relaxed);
-    if (susp < window) {
-        pt->last_wall += window - susp;
-        susp = window;
-        if (ready && ready < window) ready = window;
-    }
-    int64_t blocked = (ready ? ready : mono) - susp;
-    int64_t wait = ready ? mono - ready : 0;
-    if (blocked > 0) pt->pend_blocked += blocked;
-    if (wait > 0) pt->pend_wait += wait;
+    add_off_gvl(pt, ready_since_suspended(pt, &nt_tls, mono), mono);
     /* A block worth a sample is recorded now, on the stack that released
      * the GVL (the releasing C call gets exactly its own time). Shorter ones
      * are not worth a stack capture per switch: they wait for the thread's
@@ -453,6 +476,55 @@ static void resume_wall(rperf_thread_t *pt, int64_t mono)
         rperf_frame_t frames[RPERF_MAX_DEPTH];
         int depth = capture(pt, frames);
         if (depth > 0) record_pending_gvl(pt, mono, frames, depth);
+    }
+}
+
+/* Wall mode, GVL held by the caller (main Ractor), worker parked: a window
+ * closes (snapshot, stop). Every main-Ractor thread off the GVL gets the
+ * time it has spent off it so far recorded now, on its stack (the call that
+ * released the GVL), instead of at its RESUMED, which may come in a later
+ * window or never (a pool thread parked for the whole run; a call in
+ * progress at stop). So each window holds each thread's wall time within
+ * it. Such a thread cannot resume, push or exit meanwhile: its RESUMED
+ * needs the GVL the caller holds, and a dying thread fires its EXITED
+ * under the scheduler lock before handing the GVL over (Ruby 3.3
+ * thread_sched_to_dead), so `exited` is final here; its Ruby thread is
+ * alive (marked and pinned by its Ractor), so the host may read its stack.
+ * Left out: threads of other Ractors (their GVLs are their own), of no
+ * known Ractor, not yet run (fresh), or without a host handle.
+ * READY on the thread's own native thread (the end of IO, sleep, a C call)
+ * is stamped there (rperf_ev_ready_here); that native thread is alive
+ * while its Ruby thread is (1:1 threads), so it is read too. Under M:N a
+ * native thread may be gone or serve others: such a wait counts as
+ * [GVL blocked] up to the close (its RESUMED still splits the rest).
+ * The thread's on-GVL time before its suspension stays pending for its
+ * next sample, as at RESUMED. */
+void rperf__settle_blocked(int64_t now)
+{
+    if (!wall_mode() || !rperf__engine.host.capture_thread) return;
+    rperf_thread_t *self = rperf_current_thread_sigsafe();
+    for (rperf_thread_t *pt = atomic_load_explicit(&rperf__threads, memory_order_acquire); pt;
+         pt = atomic_load_explicit(&pt->next, memory_order_acquire)) {
+        if (pt == self || pt->fresh || pt->susp_wall <= 0 || pt->susp_wall > now ||
+            atomic_load_explicit(&pt->exited, memory_order_acquire) ||
+            rperf_thread_ractor(pt) != 1)
+            continue;
+        uintptr_t ref = atomic_load_explicit(&pt->host_ref, memory_order_relaxed);
+        if (!ref) continue;
+        rperf_frame_t frames[RPERF_MAX_DEPTH];
+        int depth = rperf__engine.host.capture_thread(ref, frames, RPERF_MAX_DEPTH);
+        if (depth <= 0) continue;                 /* left for its RESUMED */
+        int64_t ready = atomic_load_explicit(&pt->ready_wall, memory_order_relaxed);
+        if (!rperf__engine.cfg.main_mn && pt->susp_nt) {
+            int64_t here = ready_here(pt, pt->susp_nt);
+            if (here > ready) ready = here;
+        }
+        add_off_gvl(pt, ready < pt->susp_wall || ready > now ? 0 : ready, now);
+        pt->settled_wall = now;
+        atomic_store_explicit(&pt->last_root, frames[depth - 1], memory_order_relaxed);
+        record_pending_gvl(pt, now, frames, depth);
+        record_pending_gc(pt, now, frames, depth);
+        rperf__worker_drain_thread(pt);
     }
 }
 
@@ -477,6 +549,7 @@ void rperf_ev_resumed(rperf_thread_t *pt)
         pt->cpu_mark = resume_cpu(pt, nt, mono);
     }
     pt->susp_wall = 0;
+    pt->settled_wall = 0;
     pt->susp_nt = NULL;
     set_current(pt);
     if (backend() && backend()->thread_resumed) backend()->thread_resumed();
@@ -619,6 +692,11 @@ uint32_t rperf_thread_label(const rperf_thread_t *pt)
 uint32_t rperf_thread_seq(const rperf_thread_t *pt) { return pt->seq; }
 
 /* ---- identity (own, GVL held; readers: results) --------------------------- */
+
+void rperf_thread_set_host_ref(rperf_thread_t *pt, uintptr_t ref)
+{
+    atomic_store_explicit(&pt->host_ref, ref, memory_order_relaxed);
+}
 
 void rperf_thread_set_ractor(rperf_thread_t *pt, uint32_t ractor_id)
 {

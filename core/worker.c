@@ -75,6 +75,8 @@ size_t rperf__worker_drain_urgent(void)
     return n;
 }
 
+size_t rperf__worker_drain_thread(rperf_thread_t *pt) { return rperf__ring_drain(pt, sink, NULL); }
+
 size_t rperf__worker_drain_all(void)
 {
     size_t n = rperf__worker_drain_urgent();

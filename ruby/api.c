@@ -72,9 +72,13 @@ static const rb_data_type_t profiler_type = {
 static void fork_reset_if_needed(void)
 {
     if (!rperf_engine_needs_fork_reset()) return;
+    rperf_rb_window_forget();    /* the parent's other threads are gone here */
     rperf_rb_hooks_after_fork_child();
     rperf_engine_fork_reset();
 }
+
+static bool stop_engine(void);
+static VALUE release(VALUE unused);
 
 /* _c_start(frequency, mode(0 cpu/1 wall), aggregate, backend_name, signo,
  *          ring_slots, finish_at_exit, max_label_sets) */
@@ -97,6 +101,7 @@ static VALUE c_start(int argc, VALUE *argv, VALUE self)
     cfg.ring_slots = NUM2UINT(ring_slots);
     cfg.backend = rperf_backend_find(StringValueCStr(backend));
     cfg.bootstrap = rperf_rb_other_ractors_p();
+    cfg.main_mn = rperf_rb_main_mn();
     if (!cfg.backend) rb_raise(rb_eArgError, "unknown backend");
     char err[256] = "rperf: failed to start";
     rperf_thread_t *caller = NULL;
@@ -117,6 +122,7 @@ static VALUE c_start(int argc, VALUE *argv, VALUE self)
         rperf_rb_hooks_remove();
         rb_raise(rb_eRuntimeError, "%s", err);
     }
+    rperf_thread_set_host_ref(caller, (uintptr_t)rb_thread_current());
     rperf_rb_thread_state_set(rb_thread_current(), caller);
     finish_at_exit = RTEST(finish);
     /* start is called from the main Ractor (lib/rperf.rb checks it) */
@@ -124,6 +130,17 @@ static VALUE c_start(int argc, VALUE *argv, VALUE self)
     char name[RPERF_THREAD_NAME_MAX];
     size_t len = rperf_rb_thread_name(name, sizeof(name));
     rperf_thread_set_name(caller, name, len);
+    if (cfg.clock == RPERF_CLOCK_WALL) {
+        /* threads parked since before the start (window.c); taken with the
+         * engine running, so none of them can exit unseen afterwards */
+        int state = 0;
+        rperf_rb_window_start(&state);
+        if (state) {                 /* e.g. a tracer raised: nothing started */
+            stop_engine();
+            release(Qnil);
+            rb_jump_tag(state);
+        }
+    }
     return Qnil;
 }
 
@@ -141,7 +158,9 @@ static bool stop_engine(void)
 {
     fork_reset_if_needed();
     if (!rperf_engine_running()) return false;
+    rperf_rb_window_meet_parked();
     rperf_engine_stop();
+    rperf_rb_window_forget();
     rperf_rb_hooks_remove();
     return true;
 }
@@ -236,6 +255,7 @@ static VALUE c_snapshot(int argc, VALUE *argv, VALUE self)
     if (!rperf_engine_running()) return Qnil;
     if (!rperf_engine_config()->aggregate)
         rb_raise(rb_eRuntimeError, "snapshot requires aggregate mode (aggregate: true)");
+    rperf_rb_window_meet_parked();
     rperf_engine_pause();
     return rb_ensure(build_snapshot, Qnil, resume_clear, clear);
 }

@@ -41,6 +41,7 @@ const rperf_host_t rperf_rb_host = {
     .capture = capture,
     .trigger = trigger,
     .trigger_register = trigger_register,
+    .capture_thread = rperf_rb_capture_thread,
 };
 
 /* Any native thread, no Ruby API besides the thread-specific slot: the
@@ -70,7 +71,10 @@ rperf_thread_t *rperf_rb_current_thread(bool create)
     }
     if (!create) return NULL;
     pt = rperf_thread_new(RPERF_THREAD_CURRENT);
-    if (pt) rperf_rb_thread_state_set(th, pt);
+    if (pt) {
+        rperf_thread_set_host_ref(pt, (uintptr_t)th);
+        rperf_rb_thread_state_set(th, pt);
+    }
     return pt;
 }
 

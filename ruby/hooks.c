@@ -66,12 +66,18 @@ static void thread_hook(rb_event_flag_t ev, const rb_internal_thread_event_data_
     if (ev & RUBY_INTERNAL_THREAD_EVENT_STARTED) {
         if (!pt) {
             pt = rperf_thread_new(RPERF_THREAD_CREATED);
-            if (pt) rperf_rb_thread_state_set(th, pt);
+            if (pt) {
+                rperf_thread_set_host_ref(pt, (uintptr_t)th);
+                rperf_rb_thread_state_set(th, pt);
+            }
         }
     } else if (ev & RUBY_INTERNAL_THREAD_EVENT_RESUMED) {
         if (!pt) {
             pt = rperf_thread_new(RPERF_THREAD_EXISTING);
-            if (pt) rperf_rb_thread_state_set(th, pt);
+            if (pt) {
+                rperf_thread_set_host_ref(pt, (uintptr_t)th);
+                rperf_rb_thread_state_set(th, pt);
+            }
         }
         if (pt) {
             /* main or not, before the backend hears of the thread (ractor.c) */
@@ -91,10 +97,9 @@ static void thread_hook(rb_event_flag_t ev, const rb_internal_thread_event_data_
     } else if (ev & RUBY_INTERNAL_THREAD_EVENT_READY) {
         if (pt) rperf_ev_ready(pt);
     } else if (ev & RUBY_INTERNAL_THREAD_EVENT_EXITED) {
-        if (pt) {
-            rperf_ev_exited(pt);
-            rperf_rb_thread_state_set(th, NULL);
-        }
+        /* the token stays on the Thread: it says "met in this run"
+         * (window.c); the state it names is freed once drained */
+        if (pt) rperf_ev_exited(pt);
         suspended_here = 0;
     }
     rperf_engine_leave();

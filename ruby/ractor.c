@@ -185,6 +185,8 @@ size_t rperf_rb_main_thread_tids(int32_t **out)
     return (size_t)k;
 }
 
+bool rperf_rb_main_mn(void) { return mn_main; }
+
 /* main Ractor, GVL held, at require time */
 void rperf_rb_ractor_init(void)
 {

@@ -182,6 +182,9 @@ VALUE rperf_rb_build_result(bool raw)
         set(h, "unique_stacks", SIZET2NUM(rperf_result_aggregated_count()));
     }
     set(h, "start_time_ns", LL2NUM(st.start_time_ns));
+    /* a closed window (snapshot, stop) ends where its threads' time was
+     * settled, not when its result is built */
+    if (st.end_mono_ns > 0) mono = st.end_mono_ns;
     set(h, "duration_ns", LL2NUM(mono - st.start_mono_ns));
     rb_ensure(each_sample, (VALUE)&c, free_stacks, (VALUE)&c);   /* may raise NoMemoryError */
     set(h, raw ? "raw_samples" : "aggregated_samples", c.samples);

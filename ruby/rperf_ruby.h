@@ -33,6 +33,7 @@ void rperf_rb_ractor_init(void);
 uint32_t rperf_rb_ractor_prepare(void);
 uint32_t rperf_rb_ractor_peek(void);   /* RESUMED-safe: the id, 0 = other, unnumbered */
 bool rperf_rb_other_ractors_p(void);
+bool rperf_rb_main_mn(void);   /* RUBY_MN_THREADS: main-Ractor threads share native threads */
 size_t rperf_rb_main_thread_tids(int32_t **out);   /* at start: sorted, malloc'd */
 size_t rperf_rb_thread_name(char *buf, size_t cap);
 
@@ -44,6 +45,12 @@ void rperf_rb_labels_mark(bool minor);
 VALUE rperf_rb_label_sets(void);
 uint32_t rperf_rb_label_set_count(void);
 uint64_t rperf_rb_labels_overflowed(void);
+
+/* window.c */
+int rperf_rb_capture_thread(uintptr_t ref, rperf_frame_t *buf, int max);
+void rperf_rb_window_start(int *state);
+void rperf_rb_window_meet_parked(void);
+void rperf_rb_window_forget(void);
 
 /* result.c */
 VALUE rperf_rb_build_result(bool raw);

@@ -58,4 +58,76 @@ class TestTotals < Test::Unit::TestCase
       end
     end
   end
+
+  # Threads still off the GVL when a window closes get their time up to the
+  # close, on the call that released the GVL: a pool thread parked since
+  # before the start and never woken (it used to be missing from the
+  # profile altogether), and a thread that blocks during the run and is
+  # still blocked at the close. Per window of snapshot(clear: true) too:
+  # every thread's total is the window's duration.
+  def test_threads_off_the_gvl_at_a_close_get_their_time_up_to_it
+    RPERF_BACKENDS.each do |backend|
+      run = run_child(<<~RUBY, timeout: 60)
+        def mono = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        def spin(s) = (t = mono + s; nil while mono < t)
+        def park(q) = q.pop
+        def nap(q) = q.pop
+        pool = Queue.new
+        parked = Thread.new { park(pool) }
+        sleep 0.05
+        Rperf.start(backend: :#{backend}, mode: :wall, frequency: 1000)
+        later = Queue.new
+        napper = Thread.new { spin(0.02); nap(later) }
+        spin(0.1)
+        windows = 3.times.map { spin(0.08); Rperf.snapshot(clear: true) }
+        spin(0.05)
+        windows << Rperf.stop
+        # who is who: the method each thread blocks in
+        seqs = {}
+        windows.last[:aggregated_samples].each do |frames, _, seq, _|
+          labels = frames.map { |f| f[1] }
+          seqs[seq] = "parked" if labels.include?("Object#park")
+          seqs[seq] = "napper" if labels.include?("Object#nap")
+        end
+        windows.last[:threads].each { |t| seqs[t[:thread_seq]] ||= t[:name] }
+        report = windows.map do |data|
+          total = Hash.new(0)
+          parked_on = Hash.new(0)
+          data[:aggregated_samples].each do |frames, w, seq, _|
+            total[seq] += w
+            leaf, caller = frames[0][1], frames[1]&.[](1)
+            parked_on[seq] += w if leaf == "[GVL blocked]" && caller == "Thread::Queue#pop"
+          end
+          { "duration" => data[:duration_ns], "total" => total, "parked_on" => parked_on }
+        end
+        pool << 1; later << 1
+        parked.join; napper.join
+        child_report(windows: report, threads: seqs)
+      RUBY
+      assert_child_ok(run, backend.to_s)
+      rep = run.report
+      assert_equal(3, rep["threads"].size, "#{backend}: #{rep}")
+      main = rep["threads"].key("main")
+      napper = rep["threads"].key("napper")
+      parked = rep["threads"].key("parked")
+      assert(main && napper && parked, "#{backend}: #{rep}")
+      rep["windows"].each_with_index do |w, i|
+        dur = w["duration"]
+        rep["threads"].each_key do |seq|
+          next if i.zero? && seq == napper # it starts inside the first window
+          got = w["total"][seq] || 0
+          assert_in_delta(dur, got, dur * 0.05 + 2_000_000,
+                          "#{backend}: window #{i}, thread #{seq}'s total against the window #{rep}")
+        end
+        # the parked thread spends every window blocked in Queue#pop, the
+        # napper every window after the first
+        assert_operator(w["parked_on"][parked] || 0, :>=, dur * 0.9,
+                        "#{backend}: window #{i}, the parked thread's block #{rep}")
+        next if i.zero?
+
+        assert_operator(w["parked_on"][napper] || 0, :>=, dur * 0.9,
+                        "#{backend}: window #{i}, the napper's block #{rep}")
+      end
+    end
+  end
 end

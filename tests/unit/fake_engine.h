@@ -28,7 +28,19 @@ static int fake_capture(rperf_frame_t *buf, int max)
     return d;
 }
 static void fake_trigger(void) {}
-static const rperf_host_t host = { fake_capture, fake_trigger, NULL };
+/* another thread's stack (a thread off the GVL at a window's close): the
+ * frames of `blocked_stack` when `ref` is 1, none otherwise */
+static rperf_frame_t blocked_stack[2] = { 0x3000, 0x3008 };
+static int thread_captures;
+static int fake_capture_thread(uintptr_t ref, rperf_frame_t *buf, int max)
+{
+    thread_captures++;
+    if (ref != 1 || max < 2) return 0;
+    memcpy(buf, blocked_stack, sizeof(blocked_stack));
+    return 2;
+}
+static const rperf_host_t host = { .capture = fake_capture, .trigger = fake_trigger,
+                                   .capture_thread = fake_capture_thread };
 
 static int fb_start(const rperf_backend_config_t *c, char *e, size_t n)
 {

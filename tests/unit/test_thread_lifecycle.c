@@ -10,7 +10,9 @@
  * sample, short ones ride on the next sample with their time intact; the
  * engine counts threads announced but not yet run (unsettled); a thread
  * first met at RESUMED is weighed for its run after that; a block across a
- * cleared snapshot window counts only its part in the new window; cpu mode
+ * cleared snapshot window counts only its part in the new window, and a
+ * window's close records the blocks in progress of the threads it can read
+ * (and only those); cpu mode
  * reads the thread CPU clock only where a split needs it and keeps its
  * sums exact; READY on the suspending native thread splits blocked from
  * wait time.
@@ -158,6 +160,111 @@ RPERF_TEST(a_block_across_a_cleared_window_counts_only_in_its_window)
     RPERF_CHECK(off_gvl <= resumed - window);
     RPERF_CHECK(t.run >= 1000000);
     RPERF_CHECK(t.run <= sampled - window - off_gvl + 1000000);
+    rperf_engine_release();
+}
+
+/* Weights of one thread's [GVL blocked] / [GVL wait] records on the stack
+ * the fake host returns for a thread off the GVL (blocked_stack). */
+typedef struct on_blocked_stack {
+    uint32_t seq, leaf_id;
+    int64_t blocked, wait, total;
+} on_blocked_stack_t;
+static int scan_blocked(const rperf_result_sample_t *s, void *ctx)
+{
+    on_blocked_stack_t *b = ctx;
+    if (s->thread_seq != b->seq) return 0;
+    b->total += s->weight;
+    if (s->depth < 2 || s->frames[1] != b->leaf_id) return 0;
+    if (s->frames[0] == RPERF_SAMPLE_GVL_BLOCKED - 1) b->blocked += s->weight;
+    if (s->frames[0] == RPERF_SAMPLE_GVL_WAIT - 1) b->wait += s->weight;
+    return 0;
+}
+static uint32_t frame_id_of(rperf_frame_t f)
+{
+    for (uint32_t id = RPERF_SYNTHETIC_FRAMES; id < RPERF_SYNTHETIC_FRAMES + rperf_result_frame_count(); id++)
+        if (rperf_result_frame(id) == f) return id;
+    return 0;
+}
+
+/* A window's close (snapshot, stop) records, for a main-Ractor thread off
+ * the GVL, its time off the GVL up to the close, on the stack that
+ * released the GVL ([GVL blocked] until READY, [GVL wait] after), read
+ * through the host while the thread is parked: the closed window holds
+ * the thread's wall time within it. Its RESUMED in the next window
+ * records only the rest, and the next window starts where the closed one
+ * ended, so nothing is lost or counted twice across the boundary. */
+RPERF_TEST(a_windows_close_records_the_blocks_in_progress)
+{
+    start_wall();
+    depth = 3;
+    rperf_thread_t *pt = rperf_thread_new(RPERF_THREAD_CREATED);
+    RPERF_CHECK(pt != NULL);
+    rperf_thread_set_host_ref(pt, 1);
+    rperf_thread_set_ractor(pt, 1);
+    rperf_ev_resumed(pt);
+    let_ns_pass(1000000);
+    rperf_sample_job(pt);
+    rperf_ev_suspended(pt);          /* blocks ... */
+    int64_t blocked_from = rperf__mono_ns();
+    let_ns_pass(4000000);            /* ... 4 ms, then it is ready ... */
+    rperf_ev_ready(pt);
+    int64_t ready_at = rperf__mono_ns();
+    let_ns_pass(2000000);            /* ... and waits 2 ms until the close */
+    int captures_before = thread_captures;
+    rperf_engine_pause();            /* snapshot */
+    int64_t closed = rperf__engine.close_mono_ns;
+    RPERF_CHECK(thread_captures > captures_before);
+    on_blocked_stack_t w1 = { pt->seq, frame_id_of(0x3000), 0, 0, 0 };
+    RPERF_CHECK(w1.leaf_id != 0);
+    rperf_result_each_aggregated(scan_blocked, &w1);
+    RPERF_CHECK(w1.blocked >= 4000000);
+    RPERF_CHECK(w1.blocked <= ready_at - blocked_from + 100000);
+    RPERF_CHECK(w1.wait >= 2000000);
+    RPERF_CHECK(w1.wait <= closed - ready_at + 100000);
+    rperf_engine_resume(true);       /* clear: the next window starts at the close */
+    RPERF_CHECK_EQ(rperf__engine.start_mono_ns, closed);
+    let_ns_pass(2000000);
+    rperf_ev_resumed(pt);            /* the rest of its wait: 2 ms and more */
+    int64_t resumed = rperf__mono_ns();
+    rperf_ev_suspended(pt);
+    rperf_ev_exited(pt);
+    rperf_engine_stop();
+    on_blocked_stack_t w2 = { pt->seq, frame_id_of(0x3000), 0, 0, 0 };
+    rperf_result_each_aggregated(scan_blocked, &w2);
+    of_thread_t t = { pt->seq, 0, 0 };
+    rperf_result_each_aggregated(scan_thread, &t);
+    int64_t off_gvl = t.total - t.run;
+    RPERF_CHECK(off_gvl >= 2000000);                /* the wait after the close */
+    RPERF_CHECK(off_gvl <= resumed - closed + 100000);   /* not the closed part again */
+    RPERF_CHECK_EQ(w2.blocked, 0);                  /* it was ready before the close */
+    rperf_engine_release();
+}
+
+/* Threads the close leaves alone: one with no host handle, one of another
+ * Ractor, one the host has no stack for: their blocks wait for RESUMED. */
+RPERF_TEST(a_windows_close_leaves_threads_it_cannot_read)
+{
+    start_wall();
+    depth = 3;
+    rperf_thread_t *pts[3];
+    uintptr_t refs[3] = { 0, 1, 2 };      /* none; readable; no frames */
+    uint32_t ractors[3] = { 1, 2, 1 };
+    for (int i = 0; i < 3; i++) {
+        pts[i] = rperf_thread_new(RPERF_THREAD_CREATED);
+        RPERF_CHECK(pts[i] != NULL);
+        rperf_thread_set_host_ref(pts[i], refs[i]);
+        rperf_thread_set_ractor(pts[i], ractors[i]);
+        rperf_ev_resumed(pts[i]);
+        rperf_ev_suspended(pts[i]);
+    }
+    let_ns_pass(2000000);
+    rperf_engine_stop();
+    for (int i = 0; i < 3; i++) {
+        of_thread_t t = { pts[i]->seq, 0, 0 };
+        rperf_result_each_aggregated(scan_thread, &t);
+        RPERF_CHECK_EQ(t.total - t.run, 0);
+        RPERF_CHECK_EQ(pts[i]->settled_wall, 0);
+    }
     rperf_engine_release();
 }
 
@@ -354,13 +461,6 @@ static int sum_cpu(const rperf_result_sample_t *s, void *ctx)
     cpu_sums_t *c = ctx;
     c->total += s->weight;
     if (s->depth > 0 && s->frames[0] == c->leaf_id) c->leaf += s->weight;
-    return 0;
-}
-
-static uint32_t frame_id_of(rperf_frame_t f)
-{
-    for (uint32_t id = RPERF_SYNTHETIC_FRAMES; id < RPERF_SYNTHETIC_FRAMES + rperf_result_frame_count(); id++)
-        if (rperf_result_frame(id) == f) return id;
     return 0;
 }
 
@@ -569,6 +669,8 @@ int main(void)
     return RPERF_RUN(RPERF_CASE(exiting_thread_settles_pending_time_on_its_root_frame),
                      RPERF_CASE(existing_thread_is_weighed_for_its_run_after_its_first_block),
                      RPERF_CASE(a_block_across_a_cleared_window_counts_only_in_its_window),
+                     RPERF_CASE(a_windows_close_records_the_blocks_in_progress),
+                     RPERF_CASE(a_windows_close_leaves_threads_it_cannot_read),
                      RPERF_CASE(new_thread_is_not_charged_for_its_first_wait),
                      RPERF_CASE(thread_table_keeps_exited_threads),
                      RPERF_CASE(tokens_never_name_state_of_another_run),
