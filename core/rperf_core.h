@@ -74,6 +74,9 @@ typedef struct rperf_host {
      * objects. Optional: without it, a window's close records nothing for
      * threads off the GVL (their block is recorded when they resume). */
     int (*capture_thread)(uintptr_t ref, rperf_frame_t *buf, int max);
+    /* GVL held, main Ractor: the READY time the host keeps on the Ruby
+     * thread `ref` (rperf_ev_ready_at), 0 if none. Optional. */
+    int64_t (*thread_ready_at)(uintptr_t ref);
 } rperf_host_t;
 
 typedef struct rperf_config {
@@ -169,6 +172,12 @@ void rperf_thread_attach_current(rperf_thread_t *pt);
 void rperf_ev_resumed(rperf_thread_t *pt);   /* own, GVL held by pt */
 void rperf_ev_suspended(rperf_thread_t *pt); /* own, before the hand-off */
 void rperf_ev_ready(rperf_thread_t *pt);     /* any native thread */
+/* own, at RESUMED before rperf_ev_resumed: a READY the host timed itself
+ * (rperf_mono_ns) and kept on the Ruby thread, so that the waking thread
+ * touched no engine state (0: none). */
+void rperf_ev_ready_at(rperf_thread_t *pt, int64_t mono_ns);
+/* any context: the engine's clock (CLOCK_MONOTONIC, ns) */
+int64_t rperf_mono_ns(void);
 /* own native thread, no enter/leave needed (it touches only this native
  * thread's state): READY of the Ruby thread that last SUSPENDED here, which
  * the host knows by its own identity check (a blocking region's end). */

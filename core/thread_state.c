@@ -322,6 +322,14 @@ void rperf_ev_ready(rperf_thread_t *pt)
     atomic_store_explicit(&pt->ready_wall, rperf__mono_ns(), memory_order_relaxed);
 }
 
+void rperf_ev_ready_at(rperf_thread_t *pt, int64_t mono_ns)
+{
+    if (mono_ns > atomic_load_explicit(&pt->ready_wall, memory_order_relaxed))
+        atomic_store_explicit(&pt->ready_wall, mono_ns, memory_order_relaxed);
+}
+
+int64_t rperf_mono_ns(void) { return rperf__mono_ns(); }
+
 void rperf_ev_ready_here(void)
 {
     rperf_nt_t *nt = &nt_tls;
@@ -515,6 +523,10 @@ void rperf__settle_blocked(int64_t now)
         int depth = rperf__engine.host.capture_thread(ref, frames, RPERF_MAX_DEPTH);
         if (depth <= 0) continue;                 /* left for its RESUMED */
         int64_t ready = atomic_load_explicit(&pt->ready_wall, memory_order_relaxed);
+        if (rperf__engine.host.thread_ready_at) {
+            int64_t kept = rperf__engine.host.thread_ready_at(ref);
+            if (kept > ready) ready = kept;
+        }
         if (!rperf__engine.cfg.main_mn && pt->susp_nt) {
             int64_t here = ready_here(pt, pt->susp_nt);
             if (here > ready) ready = here;

@@ -15,6 +15,7 @@
 
 static rb_postponed_job_handle_t job_handle = POSTPONED_JOB_HANDLE_INVALID;
 rb_internal_thread_specific_key_t rperf_rb_key;
+rb_internal_thread_specific_key_t rperf_rb_ready_key;
 
 static int capture(rperf_frame_t *buf, int max)
 {
@@ -42,6 +43,7 @@ const rperf_host_t rperf_rb_host = {
     .trigger = trigger,
     .trigger_register = trigger_register,
     .capture_thread = rperf_rb_capture_thread,
+    .thread_ready_at = rperf_rb_thread_ready_at,
 };
 
 /* Any native thread, no Ruby API besides the thread-specific slot: the
@@ -109,6 +111,7 @@ static void sample_job(void *data)
 int rperf_rb_capture_init(void)
 {
     rperf_rb_key = rb_internal_thread_specific_key_create();
+    rperf_rb_ready_key = rb_internal_thread_specific_key_create();
     job_handle = rb_postponed_job_preregister(0, sample_job, NULL);
     return job_handle == POSTPONED_JOB_HANDLE_INVALID ? -1 : 0;
 }

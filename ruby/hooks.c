@@ -13,7 +13,11 @@
  * handler), so its Ractor is numbered without waiting for a tick. READY of
  * the thread that last suspended on the same native thread only stamps this
  * native thread's state (no enter/leave, see suspended_here); any other
- * READY is handled in wall mode only (cpu mode needs no wait time).
+ * READY, in wall mode only (cpu mode needs no wait time), stores its time
+ * in the readied thread's thread-specific slot (rperf_rb_ready_key), which
+ * the thread's RESUMED hands to the engine: READY touches no engine state.
+ * RESUMED and SUSPENDED of a main-Ractor thread on a native thread of its
+ * own skip enter/leave (main_nt).
  * gc_hook runs inside GC on the thread
  * that runs the GC step: no allocation, no Ruby calls. install/remove run
  * with the GVL held (never from inside a hook).
@@ -48,6 +52,19 @@ static _Atomic bool ready_wanted;
  * (rperf_ev_ready_here). READY on another native thread (a Queue or Mutex
  * waker readying a sleeper) takes the general path, in wall mode only. */
 static _Thread_local VALUE suspended_here __attribute__((tls_model("initial-exec")));
+/* This native thread runs a main-Ractor thread of its own (1:1 threads:
+ * set at its RESUMED, cleared at its EXITED; never under
+ * RUBY_MN_THREADS=1, where native threads are shared). Its RESUMED and
+ * SUSPENDED then skip enter/leave: both fire while the thread holds the
+ * main Ractor's GVL (Ruby 3.3 thread_pthread.c: RESUMED once it is the
+ * running thread, SUSPENDED before it hands the GVL on), and everything
+ * that stops the engine or frees its state runs holding that GVL too
+ * (stop, release, start; fork and VM teardown have no other thread), so
+ * such a hook never overlaps them. Two locked read-modify-writes and a
+ * cache line fewer per event, four per GVL switch. Other Ractors' threads
+ * (their own GVLs), READY (no GVL) and STARTED/EXITED keep enter/leave. */
+static _Thread_local bool main_nt __attribute__((tls_model("initial-exec")));
+static bool mn_main;
 
 static void thread_hook(rb_event_flag_t ev, const rb_internal_thread_event_data_t *data,
                         void *arg)
@@ -57,11 +74,20 @@ static void thread_hook(rb_event_flag_t ev, const rb_internal_thread_event_data_
     if (ev & RUBY_INTERNAL_THREAD_EVENT_READY) {
         if (th == suspended_here) {
             rperf_ev_ready_here();
-            return;
+        } else if (atomic_load_explicit(&ready_wanted, memory_order_relaxed)) {
+            /* a waker readies th (Queue, Mutex, join...), inside Ruby's
+             * scheduler lock: the time goes on th itself (its
+             * thread-specific slots share a line with its token, which its
+             * RESUMED reads anyway), with no engine state, lookup or
+             * locked instruction here; RESUMED hands it to the engine */
+            rb_internal_thread_specific_set(th, rperf_rb_ready_key,
+                                            (void *)(intptr_t)rperf_mono_ns());
         }
-        if (!atomic_load_explicit(&ready_wanted, memory_order_relaxed)) return;
+        return;
     }
-    if (!rperf_engine_enter()) return;
+    bool held = main_nt && (ev & (RUBY_INTERNAL_THREAD_EVENT_RESUMED |
+                                  RUBY_INTERNAL_THREAD_EVENT_SUSPENDED));
+    if (held ? !rperf_engine_running() : !rperf_engine_enter()) return;
     rperf_thread_t *pt = rperf_rb_thread_state(th);
     if (ev & RUBY_INTERNAL_THREAD_EVENT_STARTED) {
         if (!pt) {
@@ -86,23 +112,31 @@ static void thread_hook(rb_event_flag_t ev, const rb_internal_thread_event_data_
                 id = rperf_rb_ractor_peek();
                 if (id) rperf_thread_set_ractor(pt, id);
             }
+            if (atomic_load_explicit(&ready_wanted, memory_order_relaxed)) {
+                intptr_t ready = (intptr_t)rb_internal_thread_specific_get(th, rperf_rb_ready_key);
+                if (ready > 0) rperf_ev_ready_at(pt, (int64_t)ready);
+            }
             rperf_ev_resumed(pt);
             /* another Ractor's, not numbered yet: ask for the job here, so
              * it is numbered without waiting for a backend tick */
             if (id == 0) rperf_engine_register_sigsafe();
+            else if (id == 1 && !mn_main) main_nt = true;
         }
     } else if (ev & RUBY_INTERNAL_THREAD_EVENT_SUSPENDED) {
         if (pt) rperf_ev_suspended(pt);
         suspended_here = th;
-    } else if (ev & RUBY_INTERNAL_THREAD_EVENT_READY) {
-        if (pt) rperf_ev_ready(pt);
+        /* a READY kept from an earlier suspension must not count for this
+         * one (RESUMED also ignores one older than SUSPENDED) */
+        if (atomic_load_explicit(&ready_wanted, memory_order_relaxed))
+            rb_internal_thread_specific_set(th, rperf_rb_ready_key, NULL);
     } else if (ev & RUBY_INTERNAL_THREAD_EVENT_EXITED) {
         /* the token stays on the Thread: it says "met in this run"
          * (window.c); the state it names is freed once drained */
         if (pt) rperf_ev_exited(pt);
         suspended_here = 0;
+        main_nt = false;             /* the native thread may serve another */
     }
-    rperf_engine_leave();
+    if (!held) rperf_engine_leave();
 }
 
 static void gc_hook(rb_event_flag_t ev, VALUE data, VALUE self, ID mid, VALUE klass)
@@ -132,6 +166,7 @@ static void gc_hook(rb_event_flag_t ev, VALUE data, VALUE self, ID mid, VALUE kl
 /* GVL held, main Ractor, at start */
 void rperf_rb_hooks_install(bool wall)
 {
+    mn_main = rperf_rb_main_mn();
     atomic_store_explicit(&ready_wanted, wall, memory_order_relaxed);
     if (!thread_hook_handle)
         thread_hook_handle = rb_internal_thread_add_event_hook(thread_hook, THREAD_EVENTS, NULL);

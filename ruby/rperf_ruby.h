@@ -14,6 +14,9 @@
 #include "rperf_core.h"
 
 extern rb_internal_thread_specific_key_t rperf_rb_key;
+/* wall mode: CLOCK_MONOTONIC of the thread's READY from another native
+ * thread since its SUSPENDED (hooks.c), 0 none */
+extern rb_internal_thread_specific_key_t rperf_rb_ready_key;
 extern VALUE rperf_rb_mRperf;
 
 /* capture.c */
@@ -48,6 +51,7 @@ uint64_t rperf_rb_labels_overflowed(void);
 
 /* window.c */
 int rperf_rb_capture_thread(uintptr_t ref, rperf_frame_t *buf, int max);
+int64_t rperf_rb_thread_ready_at(uintptr_t ref);
 void rperf_rb_window_start(int *state);
 void rperf_rb_window_meet_parked(void);
 void rperf_rb_window_forget(void);

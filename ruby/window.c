@@ -32,6 +32,13 @@ int rperf_rb_capture_thread(uintptr_t ref, rperf_frame_t *buf, int max)
     return rb_profile_thread_frames((VALUE)ref, 0, max, (VALUE *)buf, NULL);
 }
 
+/* GVL held: the READY time kept on `ref`'s Ruby thread (hooks.c), or 0. */
+int64_t rperf_rb_thread_ready_at(uintptr_t ref)
+{
+    intptr_t at = (intptr_t)rb_internal_thread_specific_get((VALUE)ref, rperf_rb_ready_key);
+    return at > 0 ? (int64_t)at : 0;
+}
+
 static VALUE thread_list(VALUE unused)
 {
     (void)unused;

@@ -104,6 +104,37 @@ class TestModes < Test::Unit::TestCase
     end
   end
 
+  # A thread readied by another one (a Queue push: its READY comes from the
+  # pusher's native thread) that then waits for the GVL while the pusher
+  # computes: [GVL blocked] until the push, [GVL wait] after, both on its
+  # Queue#pop. The wait is kept on the thread at READY and read at RESUMED,
+  # or at a window's close when the thread is still waiting then.
+  def test_wall_mode_a_thread_readied_by_another_waits_on_its_call
+    RPERF_BACKENDS.each do |backend|
+      q = Queue.new
+      t = Thread.new { q.pop }
+      Thread.pass until t.stop?
+      Rperf.start(frequency: 1000, mode: :wall, backend: backend)
+      cpu_spin(0.02)
+      q << 1                        # READY: t waits for the GVL from here
+      t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      cpu_spin(0.03)                # no switch: Ruby's time slice is 100 ms
+      first = Rperf.snapshot(clear: true)
+      waited_before = Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0
+      t.join
+      second = Rperf.stop
+      [[first, "the window closed while it waited"], [second, "the window it resumed in"]].each do |data, what|
+        ctx = "#{backend}, #{what}\n#{rperf_describe(data)}"
+        wait = rperf_samples_with_leaf(data, GVL_WAIT).select { |f, *| rperf_labels_of(f)[1] == "Thread::Queue#pop" }
+        assert_not_empty(wait, "[GVL wait] on Queue#pop #{ctx}")
+      end
+      wait1 = rperf_samples_with_leaf(first, GVL_WAIT).sum { |s| s[1] }
+      assert_operator(wait1, :>=, waited_before * 1e9 * 0.5, "#{backend}: the wait before the close\n#{rperf_describe(first)}")
+      blocked1 = rperf_samples_with_leaf(first, GVL_BLOCKED).sum { |s| s[1] }
+      assert_operator(blocked1, :>=, 10_000_000, "#{backend}: the block before the push\n#{rperf_describe(first)}")
+    end
+  end
+
   # The weights of two labels, their ratio b / a within `range`; returns
   # [a, b, context for further messages].
   def assert_b_over_a(result, a_label, b_label, range, what, where)
