@@ -15,6 +15,11 @@
 #            mode, half of them with 4 Ractors spinning
 #   storms   stop/start/snapshot storms from the main Ractor while 8 Ractors
 #            label and spin
+#   windows  wall-mode snapshot/stop storms (a window's close reads the stacks
+#            of threads parked off the GVL) while main-Ractor threads are
+#            created, parked, woken or killed while parked, with GC.compact;
+#            4 threads stay parked since before the first start, and every
+#            result must hold 4 x its duration on their call (ratio)
 #
 # Run:   script/ruby bench/stress.rb                 # full size (several minutes)
 #        script/ruby bench/stress.rb --scale=0.05    # what CTest runs
@@ -97,6 +102,11 @@ module RperfStress
 
   SPIN = "def spin(s) = (t = Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID); " \
          "x = 0; x += 1 while Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID) - t < s; x)"
+
+  # Child-side: run the block for 0...count, an exception counted in
+  # `errors` (not fatal); returns how many ran through.
+  STORM = 'def storm(count, errors) = count.times.count { |i| ' \
+          'begin; yield i; true; rescue => e; errors << "#{e.class}: #{e.message}"; false; end }'
 
   def cycles
     BACKENDS.map do |backend|
@@ -251,19 +261,14 @@ module RperfStress
           loop { Rperf.label(ractor: n.to_s, k: (k += 1) % 17) { 300.times {} }; Rperf.labels }
         end
       end
+      #{STORM}
       errors = []
-      ops = 0
-      #{count}.times do |i|
-        begin
-          case i % 6
-          when 0 then Rperf.start(frequency: 10_000, backend: %i[holder signal nanosleep][(i / 6) % 3], mode: :wall)
-          when 1, 3 then Rperf.snapshot(clear: i % 4 == 1) if Rperf.running?
-          when 5 then r = Rperf.stop; errors << "no result" unless r.is_a?(Hash)
-          else spin(0.001)
-          end
-          ops += 1
-        rescue => e
-          errors << "\#{e.class}: \#{e.message}"
+      ops = storm(#{count}, errors) do |i|
+        case i % 6
+        when 0 then Rperf.start(frequency: 10_000, backend: %i[holder signal nanosleep][(i / 6) % 3], mode: :wall)
+        when 1, 3 then Rperf.snapshot(clear: i % 4 == 1) if Rperf.running?
+        when 5 then r = Rperf.stop; errors << "no result" unless r.is_a?(Hash)
+        else spin(0.001)
         end
       end
       Rperf.stop
@@ -275,8 +280,64 @@ module RperfStress
     [res.merge("scenario" => "storms")]
   end
 
+  def windows
+    count = n(800)
+    res = child_result(<<~RUBY, timeout: 120 + count / 2)
+      #{SPIN}
+      def parked_wait(q) = q.pop
+      pool = Queue.new
+      parked = 4.times.map { Thread.new { parked_wait(pool) } }
+      Thread.pass until parked.all?(&:stop?)
+      churn = true
+      churned = 0
+      churners = 2.times.map do
+        Thread.new do
+          while churn
+            q = Queue.new
+            t = Thread.new { q.pop; spin(0.0002) }
+            Thread.pass
+            rand < 0.5 ? t.kill : q << 1
+            t.join
+            churned += 1
+          end
+        end
+      end
+      #{STORM}
+      errors = []
+      ratios = []
+      check = lambda do |r|
+        next errors << "no result" unless r.is_a?(Hash)
+        on = r[:aggregated_samples].sum { |f, w, *| f.any? { |x| x[1] == "Object#parked_wait" } ? w : 0 }
+        ratio = on.to_f / (4 * r[:duration_ns])
+        ratios << ratio
+        errors << "parked threads' weight \#{ratio.round(3)} x their time" unless (0.9..1.1).cover?(ratio)
+      end
+      ops = storm(#{count}, errors) do |i|
+        case i % 8
+        when 0 then Rperf.start(frequency: 1000, backend: %i[holder signal nanosleep][(i / 8) % 3], mode: :wall)
+        when 1, 2, 4, 5 then check.(Rperf.snapshot(clear: i.odd?))
+        when 3 then GC.compact
+        when 7 then check.(Rperf.stop)
+        else sleep(0.002)   # the churners run meanwhile
+        end
+        Thread.pass
+      end
+      Rperf.stop
+      churn = false
+      churners.each(&:join)
+      parked.size.times { pool << 1 }
+      parked.each(&:join)
+      puts "RESULT " + JSON.dump("did" => "\#{ops} ops, \#{churned} threads churned", "lost" => errors.size,
+                                 "ratio" => [ratios.min&.round(3), ratios.max&.round(3)],
+                                 "errors" => errors.first(3))
+      $stdout.flush
+      exit!(0)
+    RUBY
+    [res.merge("scenario" => "windows")]
+  end
+
   def run
-    names = %w[cycles threads forks exits storms]
+    names = %w[cycles threads forks exits storms windows]
     names &= opts[:only] if opts[:only]
     rows = []
     names.each do |name|

@@ -221,9 +221,9 @@ static void halt(void)
  * the walk) the blocks of threads off the GVL up to the same instant. */
 static void close_window(void)
 {
-    int64_t now = rperf__mono_ns();
     rperf_thread_t *self = rperf_current_thread_sigsafe();
     if (self) rperf__sample_settle(self);
+    int64_t now = rperf__mono_ns();   /* after it: no thread's total passes the window */
     rperf__worker_pause();
     rperf__settle_blocked(now);
     rperf__engine.close_mono_ns = now;

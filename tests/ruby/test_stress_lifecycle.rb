@@ -21,8 +21,8 @@ class TestStressLifecycle < Test::Unit::TestCase
                       timeout: 900)
     rows = run.stdout.lines.grep(/\ARPERF_STRESS /).map { |l| JSON.parse(l.sub("RPERF_STRESS ", "")) }
     # cycles, forks: one row per backend; threads, exits: per backend and
-    # mode; storms: one
-    assert_equal(6 * 3 + 1, rows.size, "every scenario reported\n#{run.describe}")
+    # mode; storms, windows: one
+    assert_equal(6 * 3 + 2, rows.size, "every scenario reported\n#{run.describe}")
     rows.each do |row|
       what = "#{row['scenario']}: #{row}"
       if row["timed_out"] && mn_main?
