@@ -149,9 +149,11 @@ void rperf_engine_mark(void (*mark)(rperf_frame_t v), bool (*is_old)(rperf_frame
 
 /* ---- per-thread state and events ------------------------------------------ */
 
-/* no GVL, inside enter/leave (or the caller at start): create state for a
- * Ruby thread. The host stores rperf_thread_token(pt) on the Ruby thread
- * and finds the state again with rperf_thread_from_token. */
+/* inside enter/leave, or holding the main Ractor's GVL while running (the
+ * caller at start, a main-Ractor thread's own RESUMED, a window's close:
+ * whatever stops the engine holds that GVL too): create state for a Ruby
+ * thread. The host stores rperf_thread_token(pt) on the Ruby thread and
+ * finds the state again with rperf_thread_from_token (same contexts). */
 typedef enum {
     RPERF_THREAD_CREATED,   /* STARTED: born during the run */
     RPERF_THREAD_EXISTING,  /* first met at RESUMED: off the GVL since start */
@@ -161,7 +163,7 @@ rperf_thread_t *rperf_thread_new(rperf_thread_origin_t origin);
 /* Tokens (core/thread_index.c): a token of an earlier run, or of the parent
  * in a fork child, names nothing (NULL) and is never dereferenced, so the
  * host never has to clear what it stored on Ruby threads. from_token runs
- * inside enter/leave (no signal handler). */
+ * where rperf_thread_new may (never in a signal handler). */
 uintptr_t rperf_thread_token(const rperf_thread_t *pt);
 rperf_thread_t *rperf_thread_from_token(uintptr_t token);
 /* GVL held: the token was stored in this run (the thread was met: it may
