@@ -74,7 +74,7 @@ class TestTotals < Test::Unit::TestCase
         def nap(q) = q.pop
         pool = Queue.new
         parked = Thread.new { park(pool) }
-        sleep 0.05
+        Thread.pass until parked.stop?
         Rperf.start(backend: :#{backend}, mode: :wall, frequency: 1000)
         later = Queue.new
         napper = Thread.new { spin(0.02); nap(later) }
