@@ -349,10 +349,12 @@ static int64_t ready_here(const rperf_thread_t *pt, rperf_nt_t *nt)
     return sw == pt->susp_switches ? at : 0;
 }
 
-static int64_t ready_since_suspended(rperf_thread_t *pt, rperf_nt_t *nt, int64_t mono)
+static int64_t ready_since_suspended(rperf_thread_t *pt, rperf_nt_t *nt, int64_t mono,
+                                     bool *slept)
 {
     int64_t susp = pt->susp_wall;
-    int64_t ready = ready_here(pt, nt);
+    int64_t here = ready_here(pt, nt);
+    int64_t ready = here;
     int64_t other = atomic_load_explicit(&pt->ready_wall, memory_order_relaxed);
     if (other > 0) {
         /* READY came before this RESUMED, and the next one comes only after
@@ -361,6 +363,14 @@ static int64_t ready_since_suspended(rperf_thread_t *pt, rperf_nt_t *nt, int64_t
         atomic_store_explicit(&pt->ready_wall, 0, memory_order_relaxed);
         if (other > ready) ready = other;
     }
+    /* Readied from another native thread and not from its own: a waker
+     * (Queue, Mutex, ConditionVariable, join) or Ruby's timer thread ended
+     * a wait in Ruby's scheduler, where the thread slept from SUSPENDED on
+     * (Ruby 3.3 thread_pthread.c: ubf_waiting, timer_thread_wakeup_thread,
+     * rb_ractor_sched_wakeup). The end of a blocking region (IO, a C call
+     * that released the GVL, a timed sleep on a native thread of its own)
+     * is readied on the thread's own native thread. */
+    *slept = other >= susp && other <= mono && !(here >= susp && here <= mono && here > 0);
     return ready < susp || ready > mono ? 0 : ready;
 }
 
@@ -390,10 +400,19 @@ static int64_t resume_cpu(rperf_thread_t *pt, rperf_nt_t *nt, int64_t mono)
     /* CPU time off the GVL is burned before READY: after it the thread only
      * waits for its turn. Without a READY seen, the whole absence counts. */
     int64_t off_wall = 0, waited = 0;
+    bool slept = false;
     if (pt->susp_wall > 0) {
-        int64_t ready = ready_since_suspended(pt, nt, mono);
+        int64_t ready = ready_since_suspended(pt, nt, mono, &slept);
         off_wall = (ready ? ready : mono) - pt->susp_wall;
         waited = ready ? mono - ready : 0;
+    }
+    /* A thread that slept in Ruby's scheduler until another thread readied
+     * it burned no CPU meanwhile: its whole absence is idle, like a wait
+     * for the GVL, and needs no clock reading to split, however long
+     * (a pool thread waking from Queue#pop: one system call less). */
+    if (slept) {
+        waited += off_wall;
+        off_wall = 0;
     }
     if (same_nt && off_wall < threshold_ns()) {
         if (open) {                             /* the interval goes on */
@@ -474,7 +493,8 @@ static void add_off_gvl(rperf_thread_t *pt, int64_t ready, int64_t now)
 static void resume_wall(rperf_thread_t *pt, int64_t mono)
 {
     if (pt->susp_wall <= 0) return;
-    add_off_gvl(pt, ready_since_suspended(pt, &nt_tls, mono), mono);
+    bool slept;
+    add_off_gvl(pt, ready_since_suspended(pt, &nt_tls, mono, &slept), mono);
     /* A block worth a sample is recorded now, on the stack that released
      * the GVL (the releasing C call gets exactly its own time). Shorter ones
      * are not worth a stack capture per switch: they wait for the thread's

@@ -112,7 +112,7 @@ static VALUE c_start(int argc, VALUE *argv, VALUE self)
      * and resumes right after it must meet the RESUMED hook, which is then
      * its only way in. Installed after the start, such a thread (one woken
      * by the caller's Ractor#take just before start) ran unseen for good. */
-    rperf_rb_hooks_install(cfg.clock == RPERF_CLOCK_WALL);
+    rperf_rb_hooks_install();
     int32_t *skip = NULL;   /* nothing between here and free() raises */
     if (cfg.bootstrap) cfg.bootstrap_nskip = rperf_rb_main_thread_tids(&skip);
     cfg.bootstrap_skip = skip;

@@ -13,9 +13,11 @@
  * handler), so its Ractor is numbered without waiting for a tick. READY of
  * the thread that last suspended on the same native thread only stamps this
  * native thread's state (no enter/leave, see suspended_here); any other
- * READY, in wall mode only (cpu mode needs no wait time), stores its time
- * in the readied thread's thread-specific slot (rperf_rb_ready_key), which
- * the thread's RESUMED hands to the engine: READY touches no engine state.
+ * READY stores its time in the readied thread's thread-specific slot
+ * (rperf_rb_ready_key), which the thread's RESUMED hands to the engine:
+ * READY touches no engine state. (Wall mode splits blocked from waiting
+ * time with it; cpu mode learns that the thread slept, so its time off the
+ * GVL needs no CPU clock reading.)
  * RESUMED and SUSPENDED of a main-Ractor thread on a native thread of its
  * own skip enter/leave (main_nt).
  * gc_hook runs inside GC on the thread
@@ -38,19 +40,12 @@
 
 static rb_internal_thread_event_hook_t *thread_hook_handle;
 static int gc_hook_installed;         /* the main Ractor's GC hook */
-/* READY is wanted in wall mode only ([GVL blocked] / [GVL wait] split).
- * Ruby 3.3 dispatches every thread event to every hook (a read lock and a
- * loop) whatever the hook's mask, so a READY left out of the mask would
- * save nothing over returning at once, and a mask cannot be changed
- * without removing the hook (which a fork child must not do): the hook
- * stays subscribed and returns before any work in cpu mode. */
-static _Atomic bool ready_wanted;
 /* The Ruby thread that last SUSPENDED on this native thread. Its READY on
  * the same native thread (the end of a blocking region: IO, sleep, C calls
  * that release the GVL) needs no state lookup and no enter/leave: the
  * engine keeps the time in this native thread's state
  * (rperf_ev_ready_here). READY on another native thread (a Queue or Mutex
- * waker readying a sleeper) takes the general path, in wall mode only. */
+ * waker readying a sleeper) goes on the sleeper's thread-specific slot. */
 static _Thread_local VALUE suspended_here __attribute__((tls_model("initial-exec")));
 /* This native thread runs a main-Ractor thread of its own (1:1 threads:
  * set at its RESUMED, cleared at its EXITED; never under
@@ -74,7 +69,7 @@ static void thread_hook(rb_event_flag_t ev, const rb_internal_thread_event_data_
     if (ev & RUBY_INTERNAL_THREAD_EVENT_READY) {
         if (th == suspended_here) {
             rperf_ev_ready_here();
-        } else if (atomic_load_explicit(&ready_wanted, memory_order_relaxed)) {
+        } else {
             /* a waker readies th (Queue, Mutex, join...), inside Ruby's
              * scheduler lock: the time goes on th itself (its
              * thread-specific slots share a line with its token, which its
@@ -112,10 +107,8 @@ static void thread_hook(rb_event_flag_t ev, const rb_internal_thread_event_data_
                 id = rperf_rb_ractor_peek();
                 if (id) rperf_thread_set_ractor(pt, id);
             }
-            if (atomic_load_explicit(&ready_wanted, memory_order_relaxed)) {
-                intptr_t ready = (intptr_t)rb_internal_thread_specific_get(th, rperf_rb_ready_key);
-                if (ready > 0) rperf_ev_ready_at(pt, (int64_t)ready);
-            }
+            intptr_t ready = (intptr_t)rb_internal_thread_specific_get(th, rperf_rb_ready_key);
+            if (ready > 0) rperf_ev_ready_at(pt, (int64_t)ready);
             rperf_ev_resumed(pt);
             /* another Ractor's, not numbered yet: ask for the job here, so
              * it is numbered without waiting for a backend tick */
@@ -127,8 +120,7 @@ static void thread_hook(rb_event_flag_t ev, const rb_internal_thread_event_data_
         suspended_here = th;
         /* a READY kept from an earlier suspension must not count for this
          * one (RESUMED also ignores one older than SUSPENDED) */
-        if (atomic_load_explicit(&ready_wanted, memory_order_relaxed))
-            rb_internal_thread_specific_set(th, rperf_rb_ready_key, NULL);
+        rb_internal_thread_specific_set(th, rperf_rb_ready_key, NULL);
     } else if (ev & RUBY_INTERNAL_THREAD_EVENT_EXITED) {
         /* the token stays on the Thread: it says "met in this run"
          * (window.c); the state it names is freed once drained */
@@ -164,10 +156,9 @@ static void gc_hook(rb_event_flag_t ev, VALUE data, VALUE self, ID mid, VALUE kl
      RUBY_INTERNAL_EVENT_GC_EXIT)
 
 /* GVL held, main Ractor, at start */
-void rperf_rb_hooks_install(bool wall)
+void rperf_rb_hooks_install(void)
 {
     mn_main = rperf_rb_main_mn();
-    atomic_store_explicit(&ready_wanted, wall, memory_order_relaxed);
     if (!thread_hook_handle)
         thread_hook_handle = rb_internal_thread_add_event_hook(thread_hook, THREAD_EVENTS, NULL);
     if (!gc_hook_installed) {

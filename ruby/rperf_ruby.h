@@ -27,7 +27,7 @@ rperf_thread_t *rperf_rb_thread_state(VALUE th);
 void rperf_rb_thread_state_set(VALUE th, rperf_thread_t *pt);
 
 /* hooks.c */
-void rperf_rb_hooks_install(bool wall);
+void rperf_rb_hooks_install(void);
 void rperf_rb_hooks_remove(void);
 void rperf_rb_hooks_after_fork_child(void);
 

@@ -130,4 +130,55 @@ class TestTotals < Test::Unit::TestCase
       end
     end
   end
+
+  # cpu mode's version: each pool thread's samples add up to the CPU time
+  # it burned. The pool threads sleep on Queue#pop for far longer than a
+  # quarter interval between jobs, and are woken by the main thread: the
+  # whole sleep is idle for them (no CPU clock reading at the wake), their
+  # jobs' CPU is all counted, on the job's stack. Skipped where main-Ractor
+  # threads share native threads (M:N): a Ruby thread has no CPU clock then.
+  def test_each_pool_threads_cpu_total_is_the_cpu_it_burned
+    omit("no per-thread CPU clock under M:N threads") if ENV["RUBY_MN_THREADS"] == "1"
+    RPERF_BACKENDS.each do |backend|
+      run = run_child(<<~RUBY, timeout: 60)
+        def cpu = Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID)
+        def rperf_pool_job(s) = (t = cpu + s; nil while cpu < t)
+        qs = Array.new(3) { Queue.new }
+        burned = {}
+        Rperf.start(backend: :#{backend}, mode: :cpu, frequency: 1000)
+        pool = qs.each_with_index.map do |q, i|
+          Thread.new do
+            Thread.current.name = "pool\#{i}"
+            c0 = cpu
+            while (job = q.pop)
+              rperf_pool_job(job)
+            end
+            burned["pool\#{i}"] = cpu - c0
+          end
+        end
+        12.times do
+          qs.each { |q| q << 0.004 }
+          sleep 0.01
+        end
+        qs.each { |q| q << nil }
+        pool.each(&:join)
+        data = Rperf.stop
+        total = Hash.new(0)
+        on_job = Hash.new(0)
+        data[:aggregated_samples].each do |s|
+          total[s[2]] += s[1]
+          on_job[s[2]] += s[1] if s[0].any? { |f| f[1] == "Object#rperf_pool_job" }
+        end
+        seq = data[:threads].to_h { |t| [t[:name], t[:thread_seq]] }
+        child_report(burned.to_h { |name, c| [name, [total[seq[name]] / 1e9, on_job[seq[name]] / 1e9, c]] })
+      RUBY
+      assert_child_ok(run, backend.to_s)
+      rep = run.report
+      assert_equal(%w[pool0 pool1 pool2], rep.keys.sort, "#{backend}: #{rep}")
+      rep.each do |name, (got, on_job, burned)|
+        assert_in_delta(burned, got, burned * 0.1 + 0.002, "#{backend}: #{name}'s total against its CPU #{rep}")
+        assert_operator(on_job, :>=, got * 0.8, "#{backend}: #{name}'s CPU is on its jobs #{rep}")
+      end
+    end
+  end
 end
