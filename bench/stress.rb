@@ -108,12 +108,18 @@ module RperfStress
   STORM = 'def storm(count, errors) = count.times.count { |i| ' \
           'begin; yield i; true; rescue => e; errors << "#{e.class}: #{e.message}"; false; end }'
 
+  # Child-side: print the child's one RESULT line. exit_now leaves at once
+  # (exit!): Ractors still looping would keep the child from exiting.
+  REPORT = 'def report(res, exit_now: false) = ' \
+           '(puts "RESULT " + JSON.dump(res); $stdout.flush; exit!(0) if exit_now)'
+
   def cycles
     BACKENDS.map do |backend|
       count = n(1000)
       res = child_result(<<~RUBY, timeout: 60 + count)
         Warning[:experimental] = false
         #{SPIN}
+        #{REPORT}
         stop = false
         ths = 2.times.map { Thread.new { until stop; spin(0.001); sleep 0.001; end } }
         rs = 2.times.map { Ractor.new { loop { 2000.times {}; sleep 0.001 } } }
@@ -131,9 +137,7 @@ module RperfStress
         end
         stop = true
         ths.each(&:join)
-        puts "RESULT " + JSON.dump("did" => "#{count} cycles", "lost" => lost, "dropped" => dropped)
-        $stdout.flush
-        exit!(0)
+        report({ "did" => "#{count} cycles", "lost" => lost, "dropped" => dropped }, exit_now: true)
       RUBY
       res.merge("scenario" => "cycles/#{backend}")
     end
@@ -145,6 +149,7 @@ module RperfStress
         count = n(1000)
         res = child_result(<<~RUBY, timeout: 60 + count / 5)
           #{SPIN}
+          #{REPORT}
           mode = :#{mode}
           measured = 0
           Rperf.start(frequency: 10_000, backend: :#{backend}, mode: mode)
@@ -168,7 +173,7 @@ module RperfStress
           ratio = mode == :cpu && ENV["RUBY_MN_THREADS"] == "1" ? nil : (weight.to_f / measured).round(4)
           out = { "did" => "\#{seqs.size} threads", "lost" => r[:dropped_samples] }
           out["weight_ratio"] = ratio if ratio
-          puts "RESULT " + JSON.dump(out)
+          report(out)
         RUBY
         res.merge("scenario" => "threads/#{backend}/#{mode}")
       end
@@ -180,6 +185,7 @@ module RperfStress
       count = n(100)
       res = child_result(<<~RUBY, timeout: 120 + count * 2)
         #{SPIN}
+        #{REPORT}
         stop = false
         Rperf.start(frequency: 10_000, backend: :#{backend}, mode: :wall)
         workers = 8.times.map do |i|
@@ -226,9 +232,8 @@ module RperfStress
         r = Rperf.stop
         seen = r[:aggregated_samples].map { |s| r[:label_sets][s[3]][:worker] rescue nil }.compact.uniq.size
         lost = bad + (seen == 8 ? 0 : 1) + r[:dropped_samples]
-        puts "RESULT " + JSON.dump("did" => "#{count} forks", "lost" => lost, "children_failed" => bad,
-                                   "workers_seen" => seen, "dropped" => r[:dropped_samples],
-                                   "errors" => errors.first(3))
+        report({ "did" => "#{count} forks", "lost" => lost, "children_failed" => bad,
+                 "workers_seen" => seen, "dropped" => r[:dropped_samples], "errors" => errors.first(3) })
       RUBY
       res.merge("scenario" => "forks/#{backend}")
     end
@@ -255,6 +260,7 @@ module RperfStress
     res = child_result(<<~RUBY, timeout: 120 + count / 2)
       Warning[:experimental] = false
       #{SPIN}
+      #{REPORT}
       rs = 8.times.map do |i|
         Ractor.new(i) do |n|
           k = 0
@@ -272,10 +278,8 @@ module RperfStress
         end
       end
       Rperf.stop
-      puts "RESULT " + JSON.dump("did" => "\#{ops} ops with 8 Ractors labelling", "lost" => errors.size,
-                                 "errors" => errors.first(3))
-      $stdout.flush
-      exit!(0)
+      report({ "did" => "\#{ops} ops with 8 Ractors labelling", "lost" => errors.size,
+               "errors" => errors.first(3) }, exit_now: true)
     RUBY
     [res.merge("scenario" => "storms")]
   end
@@ -284,6 +288,7 @@ module RperfStress
     count = n(800)
     res = child_result(<<~RUBY, timeout: 120 + count / 2)
       #{SPIN}
+      #{REPORT}
       def parked_wait(q) = q.pop
       pool = Queue.new
       parked = 4.times.map { Thread.new { parked_wait(pool) } }
@@ -327,11 +332,9 @@ module RperfStress
       churners.each(&:join)
       parked.size.times { pool << 1 }
       parked.each(&:join)
-      puts "RESULT " + JSON.dump("did" => "\#{ops} ops, \#{churned} threads churned", "lost" => errors.size,
-                                 "ratio" => [ratios.min&.round(3), ratios.max&.round(3)],
-                                 "errors" => errors.first(3))
-      $stdout.flush
-      exit!(0)
+      report({ "did" => "\#{ops} ops, \#{churned} threads churned", "lost" => errors.size,
+               "ratio" => [ratios.min&.round(3), ratios.max&.round(3)], "errors" => errors.first(3) },
+             exit_now: true)
     RUBY
     [res.merge("scenario" => "windows")]
   end
