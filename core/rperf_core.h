@@ -173,7 +173,12 @@ bool rperf_thread_token_this_run(uintptr_t token);
 void rperf_thread_attach_current(rperf_thread_t *pt);
 void rperf_ev_resumed(rperf_thread_t *pt);   /* own, GVL held by pt */
 void rperf_ev_suspended(rperf_thread_t *pt); /* own, before the hand-off */
-void rperf_ev_ready(rperf_thread_t *pt);     /* any native thread */
+/* any native thread: READY of pt from another native thread, timed now. A
+ * host that can keep the time on its own thread object uses
+ * rperf_ev_ready_at instead (the Ruby host does), so the waker touches no
+ * engine state. In cpu mode a READY from another native thread also says
+ * the thread slept in the host's scheduler: no CPU clock reading follows. */
+void rperf_ev_ready(rperf_thread_t *pt);
 /* own, at RESUMED before rperf_ev_resumed: a READY the host timed itself
  * (rperf_mono_ns) and kept on the Ruby thread, so that the waking thread
  * touched no engine state (0: none). */

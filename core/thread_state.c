@@ -340,7 +340,7 @@ void rperf_ev_ready_here(void)
 /* own, at RESUMED: when pt became ready since its SUSPENDED, 0 if unknown.
  * A READY on this native thread counts if no RESUMED came here since pt
  * suspended here (the host saw pt's identity); otherwise the one stored on
- * pt by rperf_ev_ready, if any (cleared at SUSPENDED). */
+ * pt by rperf_ev_ready or rperf_ev_ready_at, if any (cleared at SUSPENDED). */
 static int64_t ready_here(const rperf_thread_t *pt, rperf_nt_t *nt)
 {
     if (pt->susp_nt != nt) return 0;

@@ -14,8 +14,8 @@
 #include "rperf_core.h"
 
 extern rb_internal_thread_specific_key_t rperf_rb_key;
-/* wall mode: CLOCK_MONOTONIC of the thread's READY from another native
- * thread since its SUSPENDED (hooks.c), 0 none */
+/* CLOCK_MONOTONIC of the thread's READY from another native thread since
+ * its SUSPENDED (hooks.c; both modes), 0 none */
 extern rb_internal_thread_specific_key_t rperf_rb_ready_key;
 extern VALUE rperf_rb_mRperf;
 
