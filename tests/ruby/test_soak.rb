@@ -57,17 +57,20 @@ class TestSoak < Test::Unit::TestCase
     # An accounting check of memory release, not a timing threshold: every
     # window makes the same work (1,000 threads, 1,000 label sets, ~30,000
     # stacks); if a clear kept what the closed window used, window 4 would
-    # hold about twice what window 2 holds. 50 % leaves room for the
-    # allocator's and Ruby's heap growth (measured: within 10-20 %). Under
+    # hold about twice what window 2 holds. 50 % over the larger of the first
+    # two windows leaves room for the allocator's and Ruby's heap growth
+    # (measured: within 10-20 %) and for the hash tables' capacity (frames,
+    # label sets), which doubles when their count passes a power of two
+    # (M:N: 1.06, 0.91, 1.51, 1.43 MB — one step, then flat). Under
     # RUBY_MN_THREADS=1 Ruby 3.3's own RSS grows with every thread started,
     # unprofiled too (500 short threads per window: 18 -> 64 MiB over 8
     # windows), so there the profiler's own memory is checked instead.
     if ENV["RUBY_MN_THREADS"] == "1"
       mem = figs.map { |f| f["prof_bytes"] }.compact
-      assert_operator(mem.last, :<, mem[1] * 1.5, "profiler memory per window: #{mem.inspect}") if mem.size > 1
+      assert_operator(mem.last, :<, mem.first(2).max * 1.5, "profiler memory per window: #{mem.inspect}") if mem.size > 1
     else
       rss = figs.map { |f| f["rss_kib"] }
-      assert_operator(rss.last, :<, rss[1] * 1.5, "RSS per window (KiB): #{rss.inspect}")
+      assert_operator(rss.last, :<, rss.first(2).max * 1.5, "RSS per window (KiB): #{rss.inspect}")
     end
   end
 
