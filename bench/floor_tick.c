@@ -9,12 +9,22 @@
  * docs/performance.md). bench/floor.c is the same idea as a standalone
  * program around a C loop.
  *
+ * It also holds the floor of the per-switch figures: an empty Ruby thread
+ * event hook (floor_hooks_on/off). With any such hook installed, Ruby 3.3
+ * takes a process-wide rwlock around every thread event it dispatches
+ * (thread_pthread.c rb_thread_execute_hooks), three per GVL switch: that
+ * cost is the same for every profiler that follows the GVL, and a run with
+ * the empty hook shows what rperf's own hook code adds above it.
+ *
  * Built as a shared object by bench/floor_tick.rb (cc -O2 -shared -fPIC)
- * and called through Fiddle. Contexts: floor_tick_start/stop from Ruby
- * (GVL held; no Ruby API here); tick_main on its own thread, every signal
- * blocked (process-directed signals must go to Ruby's threads).
+ * and called through Fiddle. Contexts: floor_tick_start/stop and
+ * floor_hooks_on/off from Ruby (GVL held; the hook functions are looked up
+ * in the running Ruby, no Ruby header needed); tick_main on its own thread,
+ * every signal blocked (process-directed signals must go to Ruby's
+ * threads); empty_hook wherever Ruby fires thread events (does nothing).
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -77,4 +87,43 @@ long floor_tick_stop(void)
     pthread_join(thr, NULL);
     started = 0;
     return atomic_load(&wakes);
+}
+
+/* ---- the empty thread event hook ---------------------------------------- */
+
+/* Ruby 3.3 include/ruby/thread.h: STARTED | READY | RESUMED | SUSPENDED |
+ * EXITED, the events rperf hooks. */
+#define THREAD_EVENTS 0x1fu
+
+typedef void (*hook_cb)(uint32_t event, const void *data, void *user);
+typedef void *(*add_hook_fn)(hook_cb cb, uint32_t events, void *user);
+typedef _Bool (*remove_hook_fn)(void *hook);
+
+static void *hook;
+
+static void empty_hook(uint32_t event, const void *data, void *user)
+{
+    (void)event;
+    (void)data;
+    (void)user;
+}
+
+/* Installs the empty hook. Returns 0, or -1 (installed already, or this
+ * Ruby has no thread event hooks). */
+int floor_hooks_on(void)
+{
+    add_hook_fn add = (add_hook_fn)dlsym(RTLD_DEFAULT, "rb_internal_thread_add_event_hook");
+    if (hook || !add) return -1;
+    hook = add(empty_hook, THREAD_EVENTS, NULL);
+    return hook ? 0 : -1;
+}
+
+/* Removes it. Returns 0, or -1 if it was not installed. */
+int floor_hooks_off(void)
+{
+    remove_hook_fn rm = (remove_hook_fn)dlsym(RTLD_DEFAULT, "rb_internal_thread_remove_event_hook");
+    if (!hook || !rm) return -1;
+    rm(hook);
+    hook = NULL;
+    return 0;
 }

@@ -10,6 +10,8 @@
 #   FloorTick.available?   # false without cc or Fiddle (the column is skipped)
 #   FloorTick.start(1000)  # raises if it cannot start
 #   FloorTick.stop         # -> wake-ups since start
+#   FloorTick.hooks { ... } # runs the block with an empty Ruby thread event
+#                           # hook installed (Ruby's own dispatch cost)
 
 require "tmpdir"
 
@@ -30,6 +32,18 @@ module FloorTick
 
     def stop
       @stop.call
+    end
+
+    def hooks
+      load!
+      raise "FloorTick: not available (#{@why})" unless @start
+      raise "FloorTick: this Ruby has no thread event hooks" unless @hooks_on.call.zero?
+
+      begin
+        yield
+      ensure
+        @hooks_off.call
+      end
     end
 
     private
@@ -53,6 +67,8 @@ module FloorTick
       File.unlink(so) # mapped already; nothing left behind
       @start = Fiddle::Function.new(lib["floor_tick_start"], [Fiddle::TYPE_LONG], Fiddle::TYPE_INT)
       @stop = Fiddle::Function.new(lib["floor_tick_stop"], [], Fiddle::TYPE_LONG)
+      @hooks_on = Fiddle::Function.new(lib["floor_hooks_on"], [], Fiddle::TYPE_INT)
+      @hooks_off = Fiddle::Function.new(lib["floor_hooks_off"], [], Fiddle::TYPE_INT)
     end
   end
 end

@@ -46,13 +46,21 @@
 #              hand-offs; io: 240,341 for 8 × 750 × 10 round trips × 4)
 #   KiB/thr    profiler_memory_bytes / detected_thread_count of P
 #   drop       dropped_samples per profiled run
-# For switch and io, each round also pairs an unprofiled run with one where
-# a bare timer thread (bench/floor_tick.c, loaded through Fiddle; skipped
-# without cc) wakes at the same frequency and does nothing else: on this VM
-# such a wake-up among futex hand-offs costs the process several times what
-# it costs a compute loop. A second table prints, per switch, that floor
-# ("tick") and each backend's ns/switch and its excess over it ("above":
-# what the profiler adds to any timer thread at that rate).
+# Each round also pairs an unprofiled run with one where a bare timer thread
+# (bench/floor_tick.c, loaded through Fiddle; skipped without cc) wakes at
+# the same frequency and does nothing else ("tick"): on this VM such a
+# wake-up costs the process, and even the wall time of a compute loop on the
+# other vCPU, a share no profiler built on a timer can go under. A second
+# table prints that floor per row (its wall and CPU overhead, and ns/switch
+# for switch and io) and each backend's excess over it ("above": what the
+# profiler adds to any timer thread at that rate; the median over rounds of
+# the difference within each round, so drifts between rounds cancel; wall
+# and CPU in percentage points, ns/switch in ns). On a quieter machine the tick's
+# columns go to ~0 and "above" equals the overhead. For switch and io a
+# third pair per round runs the tick plus an empty Ruby thread event hook
+# ("hooks"): Ruby 3.3 takes a process-wide rwlock around each thread event
+# once any hook is installed, three per switch, a cost every profiler that
+# follows the GVL pays; "above hooks" is what rperf's hook code adds.
 #
 # Part 3, accuracy (wall mode, 1 kHz, every backend, --rounds runs each): the
 # issue-12 comparison of C calls that release the GVL with C calls that keep
@@ -403,8 +411,12 @@ module OverheadBench
   end
 
   # One run with the bare timer thread of bench/floor_tick.c ticking at freq
-  # (no profiler): the floor of the per-switch figures.
-  def self.run_ticked(work, freq)
+  # (no profiler): the floor of every figure. With hooks: true, an empty
+  # Ruby thread event hook is installed too: the floor of the per-switch
+  # figures (Ruby's own cost of dispatching the events rperf follows).
+  def self.run_ticked(work, freq, hooks: false)
+    return FloorTick.hooks { run_ticked(work, freq) } if hooks
+
     GC.start
     c0 = now_cpu
     w0 = now_wall
@@ -420,23 +432,31 @@ module OverheadBench
   # Interleaved rounds for one (workload, frequency, mode): each round runs,
   # for every backend in turn, an unprofiled run then a profiled one, so all
   # backends meet the same drifts of the machine. With tick: true the bare
-  # timer thread gets its pair in each round too, as backend :tick.
-  # Returns backend => row.
-  def self.measure(work, freq, backends, mode, rounds, tick: false)
+  # timer thread gets its pair in each round too, as backend :tick; with
+  # hooks: true, the bare timer thread plus an empty thread event hook, as
+  # backend :hooks. Returns backend => row.
+  def self.measure(work, freq, backends, mode, rounds, tick: false, hooks: false)
     runs = backends.to_h { |b| [b, -> { run_profiled(work, freq, b, mode) }] }
     runs[:tick] = -> { run_ticked(work, freq) } if tick
+    runs[:hooks] = -> { run_ticked(work, freq, hooks: true) } if hooks
     runs.each_value { |r| run_plain(work); r.call } # warm-up (discarded)
     pairs = runs.transform_values { [] }
     rounds.times do
       runs.each { |b, r| pairs[b] << [run_plain(work), r.call] }
     end
     pairs.transform_values do |list|
-      per = ->(&f) { median(list.map { |u, p| f.(u, p) }) }
+      rounds_of = ->(&f) { list.map { |u, p| f.(u, p) } }
+      per = ->(&f) { median(rounds_of.(&f)) }
+      cpu = rounds_of.() { |u, p| p[:cpu].to_f / u[:cpu] - 1 }
+      wall = rounds_of.() { |u, p| p[:wall].to_f / u[:wall] - 1 }
+      switch = rounds_of.() { |u, p| p[:switches] ? (p[:cpu] - u[:cpu]).to_f / p[:switches] : nil }
       {
-        cpu: per.() { |u, p| p[:cpu].to_f / u[:cpu] - 1 },
-        wall: per.() { |u, p| p[:wall].to_f / u[:wall] - 1 },
+        cpu: median(cpu),
+        wall: median(wall),
+        # per-round values, for differences taken within each round
+        rounds: { cpu: cpu, wall: wall, ns_per_switch: switch },
         ns_per_sample: per.() { |u, p| p[:samples].positive? ? (p[:cpu] - u[:cpu]).to_f / p[:samples] : nil },
-        ns_per_switch: per.() { |u, p| p[:switches] ? (p[:cpu] - u[:cpu]).to_f / p[:switches] : nil },
+        ns_per_switch: median(switch),
         job_ns: per.() { |_, p| p[:samples].positive? ? p[:sampling_time].to_f / p[:samples] : nil },
         samples: per.() { |_, p| p[:samples] },
         dropped: per.() { |_, p| p[:dropped] },
@@ -608,14 +628,15 @@ module OverheadBench
          "KiB/thr: profiler memory per thread seen"
     head = %w[workload mode Hz] + o[:backends].flat_map { |b| ["#{b} wall", "CPU", "ns/sample", "xfloor", "ns/switch", "KiB/thr", "drop"] }
     rows = []
-    switch_rows = []
+    floor_rows = []
     puts table(head, [], false).lines.first
     o[:workloads].each do |name|
       work = workload(name, o[:scale].fetch(name, o[:scale][nil]))
       o[:frequencies].each do |freq|
         o[:modes].each do |mode|
-          tick = SWITCHING.include?(name) && FloorTick.available?
-          res = measure(work, freq, o[:backends], mode, o[:rounds], tick: tick)
+          tick = FloorTick.available?
+          res = measure(work, freq, o[:backends], mode, o[:rounds], tick: tick,
+                                                                      hooks: tick && SWITCHING.include?(name))
           row = [name, mode.to_s, freq.to_s] + o[:backends].flat_map do |b|
             r = res[b]
             [pct(r[:wall]), pct(r[:cpu]), num(r[:ns_per_sample]), ratio(r[:ns_per_sample], floor),
@@ -623,11 +644,11 @@ module OverheadBench
           end
           rows << row
           puts table(head, rows, false).lines.last
-          switch_rows << switch_row(name, mode, freq, o[:backends], res) if tick
+          floor_rows << floor_row(name, mode, freq, o[:backends], res) if tick
         end
       end
     end
-    report_switches(o, switch_rows)
+    report_floor_rows(o, floor_rows)
     return unless o[:markdown]
 
     puts
@@ -637,25 +658,44 @@ module OverheadBench
   # Workloads whose runs return their GVL switch count.
   SWITCHING = %w[switch io].freeze
 
-  def self.switch_row(name, mode, freq, backends, res)
+  # Median over rounds of (the backend's value − the floor's), both of the
+  # same round: the drifts of the machine between rounds cancel out.
+  def self.excess(res, b, floor, key)
+    f = res[floor]
+    return nil unless f
+
+    vs = res[b][:rounds][key].zip(f[:rounds][key]).map { |v, w| v && w && v - w }
+    vs.compact.empty? ? nil : median(vs)
+  end
+
+  def self.points(v) = v.nil? || v.to_f.nan? ? "-" : format("%+.1f", v * 100)
+
+  def self.floor_row(name, mode, freq, backends, res)
     t = res[:tick]
-    [name, mode.to_s, freq.to_s, pct(t[:wall]), pct(t[:cpu]), num(t[:ns_per_switch])] +
+    h = res[:hooks] || {}
+    [name, mode.to_s, freq.to_s, pct(t[:wall]), pct(t[:cpu]), num(t[:ns_per_switch]), num(h[:ns_per_switch])] +
       backends.flat_map do |b|
-        ns = res[b][:ns_per_switch]
-        [num(ns), num(ns && t[:ns_per_switch] && ns - t[:ns_per_switch])]
+        [points(excess(res, b, :tick, :wall)), points(excess(res, b, :tick, :cpu)),
+         num(excess(res, b, :tick, :ns_per_switch)), num(excess(res, b, :hooks, :ns_per_switch))]
       end
   end
 
-  # The per-switch figures against the in-process floor: a bare timer thread
-  # (bench/floor_tick.c) waking at the same frequency, no profiler, its
-  # unprofiled/ticked pairs interleaved with the backends' in each round.
-  def self.report_switches(o, rows)
+  # Every figure against the in-process floors, their unprofiled/floor pairs
+  # interleaved with the backends' in each round: tick = a bare timer
+  # thread (bench/floor_tick.c) waking at the same frequency, no profiler;
+  # hooks = the same plus an empty Ruby thread event hook (switch, io).
+  def self.report_floor_rows(o, rows)
     return if rows.empty?
 
     puts
-    puts "Per GVL switch against the floor: tick = a bare timer thread at the same frequency in this " \
-         "process (bench/floor_tick.c), no profiler; ns/switch as above; above = ns/switch − tick's"
-    head = ["workload", "mode", "Hz", "tick wall", "CPU", "ns/switch"] + o[:backends].flat_map { |b| ["#{b} ns/switch", "above"] }
+    puts "Against the floors: tick = a bare timer thread at the same frequency in this process " \
+         "(bench/floor_tick.c), no profiler: its wall and CPU overhead and ns/switch; hooks = the same " \
+         "plus an empty Ruby thread event hook: its ns/switch (Ruby's own cost of dispatching the events " \
+         "rperf follows). Per backend, above = the median over rounds of the backend's figure − the " \
+         "floor's in the same round (wall, CPU: percentage points over tick; ns/switch: ns over tick, " \
+         "then over hooks)"
+    head = ["workload", "mode", "Hz", "tick wall", "CPU", "ns/switch", "hooks ns/switch"] +
+           o[:backends].flat_map { |b| ["#{b} wall above", "CPU above", "ns/switch above", "above hooks"] }
     puts table(head, rows, false)
     return unless o[:markdown]
 
