@@ -13,6 +13,14 @@
  * of another Ractor (or of a Ractor not known yet: the thread's first job
  * tells, thread_identified), SUSPENDED clears it. No system call per switch.
  *
+ * In cpu mode the timer thread reads the holder's thread CPU clock at each
+ * tick it delivers (by its tid, a system call on the timer thread) and
+ * leaves the reading in the holder's slot for the job it triggers
+ * (tick_cpu): the job then makes no system call on the application's
+ * thread. The slot's reading is a seqlock written by the timer thread
+ * alone; the job takes a reading once (a per-native-thread sequence
+ * number), and only its own (tid).
+ *
  * Delivery per tick:
  *  - the main Ractor's holder, when the trigger is exact: the job is
  *    triggered straight from this thread (no signal). Ruby 3.3 flags the
@@ -52,8 +60,8 @@
  * Contexts: deliver runs on the timer thread (timer_thread.c) (all signals
  * blocked; no Ruby API: the trigger and tgkill are async-signal-safe and
  * thread-safe); start/stop with the GVL held; thread_resumed/suspended in
- * the thread hooks on the thread itself, thread_identified in the job (no
- * Ruby API); the key destructor when a native thread exits;
+ * the thread hooks on the thread itself, thread_identified and tick_cpu in
+ * the job (no Ruby API); the key destructor when a native thread exits;
  * after_fork_child inside fork() in the child.
  */
 #include "rperf_backend.h"
@@ -84,6 +92,13 @@ typedef struct holder_slot {
     _Alignas(64) _Atomic int32_t tid;   /* native thread; 0 = free slot */
     _Atomic int holds;            /* HOLDS_* */
     _Atomic int64_t since;        /* CLOCK_MONOTONIC at its last RESUMED */
+    /* cpu mode: the timer thread's last reading of this slot's thread CPU
+     * clock (of native thread cpu_tid, at cpu_mono). cpu_seq is odd while
+     * the timer thread writes them. */
+    _Atomic uint32_t cpu_seq;
+    _Atomic int32_t cpu_tid;
+    _Atomic int64_t cpu_ns;
+    _Atomic int64_t cpu_mono;
 } holder_slot_t;
 
 static holder_slot_t table[MAX_SLOTS];
@@ -107,6 +122,7 @@ static struct {
 typedef struct my_slot {
     int index;                    /* -1: none */
     uint64_t epoch;
+    uint32_t cpu_seq_taken;       /* the slot's cpu_seq when its reading was taken */
 } my_slot_t;
 static _Thread_local my_slot_t mine __attribute__((tls_model("initial-exec")));
 static pthread_key_t exit_key;
@@ -114,6 +130,7 @@ static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 
 static _Atomic int running;
 static bool mn_main;              /* RUBY_MN_THREADS: main Ractor is M:N */
+static bool cpu_clock;            /* cpu mode: hand the tick's reading to the job */
 
 /* ---- the holder table (own context: thread hooks and the job) ---------------- */
 
@@ -207,6 +224,29 @@ static void holder_suspended(void)
     if (have_slot()) set_holds(mine.index, HOLDS_NOTHING);
 }
 
+/* In the job (own): the reading of this native thread's CPU clock the timer
+ * thread left in its slot, if it has not been taken yet (see
+ * publish_cpu). The engine decides whether it is recent enough. */
+static int holder_tick_cpu(int64_t *cpu_ns, int64_t *mono_ns)
+{
+    if (!have_slot()) return -1;
+    holder_slot_t *sl = &table[mine.index];
+    uint32_t seq = atomic_load_explicit(&sl->cpu_seq, memory_order_acquire);
+    if ((seq & 1u) || seq == mine.cpu_seq_taken) return -1;
+    int32_t tid = atomic_load_explicit(&sl->cpu_tid, memory_order_acquire);
+    int64_t cpu = atomic_load_explicit(&sl->cpu_ns, memory_order_acquire);
+    int64_t at = atomic_load_explicit(&sl->cpu_mono, memory_order_acquire);
+    /* a value written after the odd mark (acquire: it synchronizes with
+     * its release store, which follows the mark) makes this load see the
+     * mark or later */
+    if (atomic_load_explicit(&sl->cpu_seq, memory_order_relaxed) != seq) return -1;
+    if (tid != rperf_native_tid()) return -1;
+    mine.cpu_seq_taken = seq;
+    *cpu_ns = cpu;
+    *mono_ns = at;
+    return 0;
+}
+
 /* Slots at or past `used` were never claimed since the last clear (all
  * zero): only the used prefix is cleared, so the table's untouched pages
  * (64 bytes a slot) stay unmapped. */
@@ -238,7 +278,22 @@ static int64_t slot_cpu[MAX_SLOTS];
 static uint64_t slot_tick[MAX_SLOTS];
 static bool slot_ran[MAX_SLOTS];
 static uint64_t ticks;
+static int64_t tick_now;          /* CLOCK_MONOTONIC of the current tick */
 static int64_t interval_ns;
+
+/* Timer thread (the slot's only writer): leave a reading of slot i's
+ * thread CPU clock for its job (holder_tick_cpu). The odd mark is a
+ * sequentially consistent read-modify-write, so no store below is seen
+ * before it; the even one is a release store after them. */
+static void publish_cpu(int i, int32_t tid, int64_t cpu, int64_t at)
+{
+    holder_slot_t *sl = &table[i];
+    uint32_t seq = atomic_fetch_add(&sl->cpu_seq, 1u);
+    atomic_store_explicit(&sl->cpu_tid, tid, memory_order_release);
+    atomic_store_explicit(&sl->cpu_ns, cpu, memory_order_release);
+    atomic_store_explicit(&sl->cpu_mono, at, memory_order_release);
+    atomic_store_explicit(&sl->cpu_seq, seq + 2u, memory_order_release);
+}
 
 /* Timer thread: whether the holder in slot i has run (used a quarter of an
  * interval of CPU time or more) since its previous check. A holder that has
@@ -249,7 +304,9 @@ static int64_t interval_ns;
  * as glibc's pthread_getcpuclockid builds it); unknown counts as running.
  * At most one read per slot and tick: a second call in the same tick gets
  * the first one's answer (a second read microseconds later would see no
- * CPU time and call a running holder blocked). */
+ * CPU time and call a running holder blocked). In cpu mode the reading is
+ * left for the holder's job too (publish_cpu), before the tick is
+ * delivered. */
 static bool holder_ran(int i)
 {
     if (slot_tick[i] == ticks) return slot_ran[i];
@@ -259,6 +316,7 @@ static bool holder_ran(int i)
     struct timespec t;
     if (clock_gettime(cid, &t) != 0) return true;
     int64_t cpu = (int64_t)t.tv_sec * NSEC + t.tv_nsec;
+    if (cpu_clock) publish_cpu(i, tid, cpu, tick_now);
     int64_t prev = slot_cpu[i];
     slot_cpu[i] = cpu;
     slot_tick[i] = ticks;
@@ -314,6 +372,7 @@ static int pen_streak, pen_left;
 static void deliver(int64_t now)
 {
     ticks++;
+    tick_now = now;
     int m = atomic_load_explicit(&main_holder.slot, memory_order_acquire);
     if (m >= 0 && atomic_load_explicit(&table[m].holds, memory_order_acquire) == HOLDS_MAIN) {
         /* Self-check: a direct trigger that no job has consumed by the next
@@ -356,8 +415,10 @@ static void deliver(int64_t now)
         /* A holder not yet seen taking a direct trigger (attached at start,
          * just resumed, or back from a penalty) gets its CPU clock read at
          * each direct tick, so the check at the next tick has a baseline
-         * and a miss is found there; a proven one is read only on a miss. */
-        if (last_direct && !(proven_slot == m && proven_since == since)) (void)holder_ran(m);
+         * and a miss is found there; a proven one is read only on a miss,
+         * but in cpu mode, where its job takes the reading (publish_cpu). */
+        if (last_direct && (cpu_clock || !(proven_slot == m && proven_since == since)))
+            (void)holder_ran(m);
         if (last_direct) rperf_engine_tick_sigsafe();
     }
     if (atomic_load_explicit(&other_holders, memory_order_relaxed) <= 0) return;
@@ -406,6 +467,7 @@ static bool main_ractor_mn(void)
 static int holder_start(const rperf_backend_config_t *cfg, char *err, size_t errlen)
 {
     mn_main = main_ractor_mn();
+    cpu_clock = cfg->cpu_clock != 0;
     clear_table();
     last_direct = false;
     interval_ns = cfg->interval_ns;
@@ -448,4 +510,5 @@ const rperf_backend_ops_t rperf_backend_holder = {
     .thread_suspended = holder_suspended,
     .thread_identified = holder_identified,
     .thread_attached = holder_attached,
+    .tick_cpu = holder_tick_cpu,
 };

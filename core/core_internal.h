@@ -69,6 +69,10 @@ typedef struct rperf_nt {
     _Atomic uint64_t ready_switches;
     int32_t tid;
     uint32_t stripe;         /* 1 + its quiescence stripe (engine.c); 0: none yet */
+    /* the largest value of this native thread's CPU clock the engine has
+     * used (its own readings and a backend's, cpu mode): a reading smaller
+     * than it was taken before one already used, and is not taken */
+    int64_t cpu_hi;
 } rperf_nt_t;
 
 rperf_nt_t *rperf__nt(void);

@@ -55,6 +55,7 @@ static void fork_child(void)
     rperf__worker_fork_child();
     rperf__pages_fork_child();
     rperf__nt()->tid = 0;            /* this thread's tid in the child is new */
+    rperf__nt()->cpu_hi = 0;         /* and its CPU clock starts again */
     int was = atomic_exchange(&rperf__engine.running, 0);
     for (int i = 0; i < STRIPES; i++) atomic_store(&stripes[i].n, 0);
     if (was && rperf__engine.cfg.backend && rperf__engine.cfg.backend->after_fork_child)
@@ -187,7 +188,8 @@ int rperf_engine_start(const rperf_config_t *cfg, rperf_thread_t **caller,
     rperf_backend_config_t bc = { .interval_ns = rperf__engine.interval_ns, .signo = cfg->signo,
                                   .bootstrap = cfg->bootstrap,
                                   .bootstrap_skip = cfg->bootstrap_skip,
-                                  .bootstrap_nskip = cfg->bootstrap_nskip };
+                                  .bootstrap_nskip = cfg->bootstrap_nskip,
+                                  .cpu_clock = cfg->clock == RPERF_CLOCK_CPU };
     if (cfg->backend->start(&bc, err, errlen) < 0) {
         atomic_store(&rperf__engine.running, 0);
         wait_quiescent();

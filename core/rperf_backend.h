@@ -27,6 +27,11 @@ typedef struct rperf_backend_config {
      * threads: the caller of start holds their GVL). Valid during start. */
     const int32_t *bootstrap_skip;
     size_t bootstrap_nskip;
+    /* 1 in cpu mode (samples weigh thread CPU time): a backend that reads a
+     * holder's thread CPU clock at a tick may keep the reading for that
+     * thread's job (tick_cpu below), sparing the application thread the
+     * system call. */
+    int cpu_clock;
 } rperf_backend_config_t;
 
 typedef struct rperf_backend_ops {
@@ -53,6 +58,14 @@ typedef struct rperf_backend_ops {
      * without a RESUMED event (the caller of start, a thread met first in
      * its job or label call): Ruby did not just hand it the GVL. */
     void (*thread_attached)(void);
+    /* Optional. Own context, in the sampling job: the CPU clock of the
+     * calling native thread (CLOCK_THREAD_CPUTIME_ID's value) as the backend
+     * read it for the tick that triggered the job, and when it read it
+     * (CLOCK_MONOTONIC). 0 with both set, each reading handed out at most
+     * once; -1 if there is none. The engine takes it only if it is recent
+     * (an eighth of an interval) and not older than a reading already made
+     * on this native thread; otherwise the job reads the clock itself. */
+    int (*tick_cpu)(int64_t *cpu_ns, int64_t *mono_ns);
 } rperf_backend_ops_t;
 
 /* backends/registry.c */

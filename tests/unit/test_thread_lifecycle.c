@@ -582,6 +582,72 @@ RPERF_TEST(ready_on_the_same_native_thread_splits_blocked_from_wait)
     rperf_engine_release();
 }
 
+/* cpu mode: a backend that read the holder's CPU clock for the tick (the
+ * holder backend's timer thread) hands the reading to the job, which then
+ * makes no system call of its own; the engine takes it only when it is
+ * recent and not older than a reading it already used on this thread. A
+ * reading the test makes up far ahead of the real clock shows which one
+ * the job's weight came from. */
+static int64_t fake_tick_cpu = -1, fake_tick_mono;
+static int fake_tick_cpu_op(int64_t *cpu_ns, int64_t *mono_ns)
+{
+    if (fake_tick_cpu < 0) return -1;
+    *cpu_ns = fake_tick_cpu;
+    *mono_ns = fake_tick_mono;
+    fake_tick_cpu = -1;                  /* handed out once */
+    return 0;
+}
+static const rperf_backend_ops_t reading_backend = {
+    .version = RPERF_BACKEND_ABI_VERSION, .name = "reading", .description = "test",
+    .start = fb_start, .stop = fb_stop, .tick_cpu = fake_tick_cpu_op,
+};
+
+/* One cpu-mode run at 1 kHz: a thread runs, then its job finds the reading
+ * `ahead` ns past (or before, if negative) its clock's value at RESUMED,
+ * taken `age` ns ago. Returns the weight of the job's own sample (the
+ * thread's leaf frame; its exit settles the rest on its root frame). */
+static int64_t job_weight_with_reading(int64_t ahead, int64_t age)
+{
+    rperf_config_t cfg = { .frequency = 1000, .clock = RPERF_CLOCK_CPU, .aggregate = true,
+                           .ring_slots = 1024, .backend = &reading_backend };
+    rperf_thread_t *caller = NULL;
+    char err[128];
+    RPERF_CHECK_EQ(rperf_engine_start(&cfg, &caller, err, sizeof(err)), 0);
+    rperf_frame_t a[3] = { 0x6000, 0x6008, 0x5000 };
+    memcpy(stack, a, sizeof(stack));
+    depth = 3;
+    rperf_thread_t *pt = rperf_thread_new(RPERF_THREAD_CREATED);
+    rperf_ev_resumed(pt);                /* reads the clock: cpu_mark */
+    fake_tick_cpu = pt->cpu_mark + ahead;
+    let_ns_pass(50000);
+    fake_tick_mono = rperf__mono_ns() - age;
+    rperf_sample_job(pt);
+    RPERF_CHECK_EQ(fake_tick_cpu, -1);  /* offered to the job */
+    rperf_ev_suspended(pt);
+    rperf_ev_exited(pt);
+    rperf_engine_stop();
+    cpu_sums_t s = { frame_id_of(0x6000), 0, 0 };
+    RPERF_CHECK(s.leaf_id != 0);
+    rperf_result_each_aggregated(sum_cpu, &s);
+    rperf_engine_release();
+    return s.leaf;
+}
+
+RPERF_TEST(cpu_mode_job_takes_a_fresh_reading_from_the_backend)
+{
+    const int64_t ahead = 500000000;     /* 0.5 s: far past what the run burns */
+    /* fresh (just taken): the job's weight is the reading's */
+    RPERF_CHECK(job_weight_with_reading(ahead, 0) >= ahead);
+    /* a whole interval old (the job ran long after the tick: after a long
+     * C call that kept the GVL): the job reads its own clock */
+    int64_t stale = job_weight_with_reading(ahead, 1000000);
+    RPERF_CHECK(stale > 0);
+    RPERF_CHECK(stale < ahead);
+    /* older than the reading taken at RESUMED: taking it would give a
+     * negative weight (no sample at all); the job reads its own clock */
+    RPERF_CHECK(job_weight_with_reading(-1, 0) > 0);
+}
+
 typedef struct gc_sums {
     int64_t mark, sweep, other;
     int mark_n, sweep_n;
@@ -680,5 +746,6 @@ int main(void)
                      RPERF_CASE(cpu_mode_quick_switches_read_the_clock_rarely_and_keep_the_sums),
                      RPERF_CASE(cpu_mode_thread_that_moves_reads_at_every_suspend),
                      RPERF_CASE(ready_on_the_same_native_thread_splits_blocked_from_wait),
+                     RPERF_CASE(cpu_mode_job_takes_a_fresh_reading_from_the_backend),
                      RPERF_CASE(short_gc_steps_capture_nothing_and_ride_on_the_next_sample));
 }
