@@ -122,6 +122,11 @@ class TestModes < Test::Unit::TestCase
       cpu_spin(0.03)                # no switch: Ruby's time slice is 100 ms
       first = Rperf.snapshot(clear: true)
       closed = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      # t waits on in the new window, for longer than a quarter interval
+      # (its RESUMED then records the wait on the call that released the
+      # GVL: a shorter one rides on its next sample, here the root frame
+      # it exits on; the snapshot's tail alone took 0.2 ms in one CI run)
+      cpu_spin(0.005)
       t.join
       waited_before = [closed, popped].min - t0
       second = Rperf.stop
