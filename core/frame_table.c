@@ -13,6 +13,14 @@
  * grace period. ck_ht's own old maps are deferred through the same epoch
  * (alloc.c). The marker loads the count first, then the array (both
  * acquire), so it never indexes past the array it holds.
+ *
+ * In front of the ck_ht lookup sits a small direct-mapped memo (writer
+ * only): consecutive samples repeat most of their frames (a loop's stack,
+ * the lower part of a deep one), and a hit is one load and a compare
+ * instead of a hash and a probe. It holds only values that are keys now
+ * (filled from the table, emptied whenever the table is): keys are marked
+ * and pinned, so such a value names the same live object for as long as
+ * the memo holds it.
  */
 #include "core_internal.h"
 
@@ -38,6 +46,21 @@ static _Atomic size_t count;
  * them). Reset with the table. */
 static size_t young_from;
 #define KEYS_INITIAL 1024
+
+#define MEMO_BITS 11
+#define MEMO_SLOTS (1u << MEMO_BITS)    /* 32 KiB */
+static struct memo_entry {
+    rperf_frame_t v;                    /* 0: empty */
+    uint32_t id;
+} memo[MEMO_SLOTS];
+
+static struct memo_entry *memo_at(rperf_frame_t v)
+{
+    uint64_t h = (uint64_t)v * 0x9e3779b97f4a7c15ULL;   /* Fibonacci hashing */
+    return &memo[h >> (64 - MEMO_BITS)];
+}
+
+static void memo_clear(void) { memset(memo, 0, sizeof(memo)); }
 
 static size_t key_array_bytes(size_t cap)
 {
@@ -81,6 +104,7 @@ int rperf__frames_init(void)
     atomic_store_explicit(&keys, a, memory_order_release);
     young_from = 0;
     rperf__inflight = 0;
+    memo_clear();
     return 0;
 }
 
@@ -105,6 +129,7 @@ void rperf__frames_clear(void)
     atomic_store_explicit(&keys, fresh, memory_order_release);
     young_from = 0;
     rperf__inflight = 0;
+    memo_clear();
     if (old) ck_epoch_call(&rperf__epoch_worker, &old->entry, key_array_free_cb);
 }
 
@@ -115,6 +140,7 @@ void rperf__frames_destroy(void)
     atomic_store_explicit(&count, 0, memory_order_release);
     atomic_store_explicit(&keys, NULL, memory_order_release);
     rperf__inflight = 0;
+    memo_clear();
     if (table_ready) {
         ck_ht_destroy(&table);
         table_ready = 0;
@@ -124,8 +150,22 @@ void rperf__frames_destroy(void)
     if (a) rperf__free(a, key_array_bytes(a->cap));
 }
 
-/* worker */
+/* worker: the id of v, interned at its first sight */
+static uint32_t intern_slow(rperf_frame_t v);
+
 uint32_t rperf__frames_intern(rperf_frame_t v)
+{
+    struct memo_entry *m = memo_at(v);
+    if (m->v == v && v != 0) return m->id;
+    uint32_t id = intern_slow(v);
+    if (id >= RPERF_SYNTHETIC_FRAMES) {
+        m->v = v;
+        m->id = id;
+    }
+    return id;
+}
+
+static uint32_t intern_slow(rperf_frame_t v)
 {
     ck_ht_hash_t h;
     ck_ht_entry_t e;

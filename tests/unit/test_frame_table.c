@@ -2,7 +2,8 @@
  * test_frame_table.c — the frame table under concurrency: one writer (the
  * worker's role) interns values and grows the key array while another thread
  * (the GC marker's role) marks continuously inside epoch sections; retired
- * key arrays are reclaimed through the epoch. Built and run under TSan by
+ * key arrays are reclaimed through the epoch; ids stay stable until a clear
+ * (memo included). Built and run under TSan by
  * .ci/run. Context: a plain C program with two pthreads; synchronisation is
  * by atomics and pthread_join only (no sleeps).
  */
@@ -81,8 +82,33 @@ RPERF_TEST(epoch_reclamation_frees_retired_arrays)
     RPERF_CHECK_EQ(rperf_engine_memory_bytes(), base);
 }
 
+/* A value keeps its id for as long as the table holds it, whether the
+ * lookup hits the memo in front of the table or not (many other values in
+ * between evict it), and a clear forgets every id, the memo's too: ids
+ * restart, in the order of the next interning. */
+RPERF_TEST(an_interned_value_keeps_its_id_until_the_table_is_cleared)
+{
+    rperf__epoch_reset();
+    RPERF_CHECK_EQ(rperf__frames_init(), 0);
+    uint32_t a = rperf__frames_intern(value_of(1));
+    uint32_t b = rperf__frames_intern(value_of(2));
+    RPERF_CHECK(a != b);
+    RPERF_CHECK_EQ(rperf__frames_intern(value_of(1)), a);
+    for (size_t i = 10; i < 10010; i++) rperf__frames_intern(value_of(i));
+    RPERF_CHECK_EQ(rperf__frames_intern(value_of(1)), a);
+    RPERF_CHECK_EQ(rperf__frames_intern(value_of(2)), b);
+    RPERF_CHECK_EQ(rperf__frames_at(a - RPERF_SYNTHETIC_FRAMES), value_of(1));
+    RPERF_CHECK_EQ(rperf__frames_count(), 10002);
+    rperf__frames_clear();
+    RPERF_CHECK_EQ(rperf__frames_intern(value_of(2)), RPERF_SYNTHETIC_FRAMES);
+    RPERF_CHECK_EQ(rperf__frames_intern(value_of(1)), RPERF_SYNTHETIC_FRAMES + 1);
+    RPERF_CHECK_EQ(rperf__frames_count(), 2);
+    rperf__frames_destroy();
+}
+
 int main(void)
 {
     return RPERF_RUN(RPERF_CASE(growth_while_a_concurrent_reader_marks),
-                     RPERF_CASE(epoch_reclamation_frees_retired_arrays));
+                     RPERF_CASE(epoch_reclamation_frees_retired_arrays),
+                     RPERF_CASE(an_interned_value_keeps_its_id_until_the_table_is_cleared));
 }
