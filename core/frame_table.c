@@ -190,7 +190,7 @@ static uint32_t intern_slow(rperf_frame_t v)
     atomic_store_explicit(&count, n + 1, memory_order_release);
     /* Order the count store before the worker's next write to the in-flight
      * slot (the marker reads the slot, then the count). */
-    atomic_thread_fence(memory_order_release);
+    rperf__release_fence();
     ck_ht_entry_set_direct(&e, h, v, (uintptr_t)n);
     if (!ck_ht_put_spmc(&table, h, &e)) {
         /* Allocation failure inside ck_ht: the key stays pinned and the next
