@@ -335,8 +335,9 @@ void rperf_sample_job(rperf_thread_t *pt)
     if (!pt) return;
     /* The job is timed on the monotonic clock (vDSO, no system call; the
      * job never blocks, so its duration is its CPU time but for a
-     * preemption): the thread CPU clock is a system call, read only in cpu
-     * mode, where the weight needs it. */
+     * preemption): the thread CPU clock is a system call, needed only in
+     * cpu mode, and taken from the backend when it has read it already
+     * (job_native_cpu). */
     int64_t mono = rperf__mono_ns();
     sample_now(pt, mono, wall_mode() ? 0 : job_native_cpu(mono), 1, true);
 }
