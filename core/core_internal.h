@@ -116,12 +116,17 @@ struct rperf_thread {
      * to here (a window closed meanwhile: rperf__settle_blocked); 0 none.
      * Written only while the thread is off the GVL, with the GVL held. */
     int64_t settled_wall;
-    /* wall mode: [GVL blocked] / [GVL wait] time not yet recorded (short
-     * intervals wait for a sample to ride on, see thread_state.c) */
+    /* wall mode: [GVL blocked] / [GVL wait] time not yet recorded (blocks
+     * shorter than an interval are sampled, see resume_wall) */
     int64_t pend_blocked;
     int64_t pend_wait;
+    /* wall mode: time off the GVL in short blocks still to go before the
+     * next one is sampled (≤ 0: draw a gap), and the generator of the gaps.
+     * Own context only. */
+    int64_t gvl_left;
+    uint32_t gvl_rng;
     /* both modes: [GC marking] / [GC sweeping] time not yet recorded (GC
-     * steps shorter than a quarter interval ride on the next sample too) */
+     * steps shorter than a quarter interval ride on the next sample) */
     int64_t pend_gc_mark;
     int64_t pend_gc_sweep;
     _Atomic uint32_t ractor_id;    /* Ruby's Ractor id, 0 = not known yet */

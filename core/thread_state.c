@@ -208,23 +208,28 @@ void rperf_thread_attach_current(rperf_thread_t *pt)
     else if (backend() && backend()->thread_resumed) backend()->thread_resumed();
 }
 
-/* Wall mode: record the [GVL blocked] / [GVL wait] time still pending on
- * `frames` (the stack of the sample it rides on). What cannot be recorded
- * (ring at its limit) stays pending. Invariant: mono - last_wall is the
- * thread's unattributed time, pend_blocked + pend_wait of it off the GVL. */
+/* Wall mode: record `blocked` / `wait` of the [GVL blocked] / [GVL wait]
+ * time pending on `frames` (a block's stack, or at a window's close the
+ * thread's stack then). What cannot be recorded (ring at its limit) stays
+ * pending. Invariant: mono - last_wall is the thread's unattributed time,
+ * pend_blocked + pend_wait of it off the GVL. */
+static void record_gvl(rperf_thread_t *pt, int64_t mono, const rperf_frame_t *frames, int depth,
+                       int64_t blocked, int64_t wait)
+{
+    if (blocked > 0 && rperf__ring_push(pt, RPERF_SAMPLE_GVL_BLOCKED, blocked, mono, frames, depth)) {
+        pt->last_wall += blocked;
+        pt->pend_blocked -= blocked;
+    }
+    if (wait > 0 && rperf__ring_push(pt, RPERF_SAMPLE_GVL_WAIT, wait, mono, frames, depth)) {
+        pt->last_wall += wait;
+        pt->pend_wait -= wait;
+    }
+}
+
 static void record_pending_gvl(rperf_thread_t *pt, int64_t mono, const rperf_frame_t *frames,
                                int depth)
 {
-    if (pt->pend_blocked > 0 &&
-        rperf__ring_push(pt, RPERF_SAMPLE_GVL_BLOCKED, pt->pend_blocked, mono, frames, depth)) {
-        pt->last_wall += pt->pend_blocked;
-        pt->pend_blocked = 0;
-    }
-    if (pt->pend_wait > 0 &&
-        rperf__ring_push(pt, RPERF_SAMPLE_GVL_WAIT, pt->pend_wait, mono, frames, depth)) {
-        pt->last_wall += pt->pend_wait;
-        pt->pend_wait = 0;
-    }
+    record_gvl(pt, mono, frames, depth, pt->pend_blocked, pt->pend_wait);
 }
 
 /* Time just recorded is no longer unattributed. */
@@ -266,8 +271,9 @@ static void record_pending_gc(rperf_thread_t *pt, int64_t mono, const rperf_fram
 }
 
 /* Record the normal sample covering [last attributed point, now), less the
- * GC (and in wall mode GVL) time pending since then, and that pending time
- * on the same stack. */
+ * GC (and in wall mode GVL) time pending since then, and the pending GC time
+ * on the same stack; the pending GVL time too when a window closes
+ * (count_job false), not at a tick (see resume_wall). */
 static void sample_now(rperf_thread_t *pt, int64_t mono, int64_t native, int64_t min_weight,
                        bool count_job)
 {
@@ -282,7 +288,8 @@ static void sample_now(rperf_thread_t *pt, int64_t mono, int64_t native, int64_t
                  pt->pend_gc_sweep;
     }
     bool normal = weight > 0 && weight >= min_weight;
-    if (!normal && pt->pend_gc_mark + pt->pend_gc_sweep <= 0) return;
+    bool settle_gvl = wall_mode() && !count_job && pt->pend_blocked + pt->pend_wait > 0;
+    if (!normal && pt->pend_gc_mark + pt->pend_gc_sweep <= 0 && !settle_gvl) return;
     rperf_frame_t frames[RPERF_MAX_DEPTH];
     int depth = capture(pt, frames);
     if (depth == 0) return;              /* keep the time pending */
@@ -291,7 +298,9 @@ static void sample_now(rperf_thread_t *pt, int64_t mono, int64_t native, int64_t
         attributed(pt, weight);
     }
     record_pending_gc(pt, mono, frames, depth);
-    if (wall_mode()) record_pending_gvl(pt, mono, frames, depth);
+    /* A window's close settles everything; a tick leaves the time off the
+     * GVL pending for a block's stack (resume_wall). */
+    if (settle_gvl) record_pending_gvl(pt, mono, frames, depth);
     if (!normal) return;
     /* A job run counts as a timer sample when it consumes triggered ticks
      * (coalesced ticks are consumed together). */
@@ -522,23 +531,59 @@ static void add_off_gvl(rperf_thread_t *pt, int64_t ready, int64_t now)
     if (wait > 0) pt->pend_wait += wait;
 }
 
+/* Wall mode: the time off the GVL in short blocks until the next one is
+ * sampled, uniform in [interval/2, 3 interval/2) (xorshift32 per thread,
+ * own context). The mean is an interval; the spread keeps a loop of blocks
+ * from locking onto one phase (two alternating calls of half an interval
+ * each would otherwise have every sample land on the second). */
+static int64_t next_gvl_gap(rperf_thread_t *pt)
+{
+    uint32_t x = pt->gvl_rng ? pt->gvl_rng : (pt->seq * 2654435761u) | 1u;
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    pt->gvl_rng = x;
+    int64_t iv = rperf__engine.interval_ns;
+    return iv / 2 + (int64_t)(((uint64_t)x * (uint64_t)iv) >> 32);
+}
+
 /* Wall mode, at RESUMED (own): the time since SUSPENDED was [GVL blocked]
- * until READY and [GVL wait] since. */
+ * until READY and [GVL wait] since.
+ *
+ * A block of an interval or more is recorded now, on the stack that
+ * released the GVL: the releasing call gets exactly its own time (only
+ * this block's; time left pending by shorter ones stays pending). Shorter
+ * blocks are sampled, as the ticks sample the time on the GVL: their time
+ * accumulates, and when it passes a gap drawn around an interval
+ * (next_gvl_gap), everything pending is recorded on the stack of the block
+ * that passed it. A block is that one with a chance in proportion to its
+ * length, so a call site's expected share is its own, and the captures are
+ * bounded by the sampling rate, not by the switch rate: a server's threads
+ * make tens of thousands of short blocks a second (the `switch` workload
+ * captured a stack every ~2 hand-offs with a quarter-interval rule, `io`
+ * at every one). The thread's ticks leave this time pending (sample_now),
+ * so it never lands on the Ruby code the thread ran between its blocks; a
+ * window's close and the thread's exit settle what is left. */
 static void resume_wall(rperf_thread_t *pt, int64_t mono)
 {
     if (pt->susp_wall <= 0) return;
     bool slept;
+    int64_t b0 = pt->pend_blocked, w0 = pt->pend_wait;
     add_off_gvl(pt, ready_since_suspended(pt, &nt_tls, mono, &slept), mono);
-    /* A block worth a sample is recorded now, on the stack that released
-     * the GVL (the releasing C call gets exactly its own time). Shorter ones
-     * are not worth a stack capture per switch: they wait for the thread's
-     * next sample (or for their sum to pass the threshold) and are recorded
-     * on that sample's stack. */
-    if (pt->pend_blocked + pt->pend_wait >= threshold_ns()) {
-        rperf_frame_t frames[RPERF_MAX_DEPTH];
-        int depth = capture(pt, frames);
-        if (depth > 0) record_pending_gvl(pt, mono, frames, depth);
+    int64_t blocked = pt->pend_blocked - b0, wait = pt->pend_wait - w0;
+    bool whole = blocked + wait >= rperf__engine.interval_ns;
+    if (!whole) {
+        if (!pt->gvl_rng) pt->gvl_left = next_gvl_gap(pt);   /* the thread's first */
+        pt->gvl_left -= blocked + wait;
+        if (pt->gvl_left > 0) return;
+        pt->gvl_left += next_gvl_gap(pt);
+        if (pt->gvl_left <= 0) pt->gvl_left = next_gvl_gap(pt);
     }
+    rperf_frame_t frames[RPERF_MAX_DEPTH];
+    int depth = capture(pt, frames);
+    if (depth <= 0) return;                       /* stays pending */
+    if (whole) record_gvl(pt, mono, frames, depth, blocked, wait);
+    else record_pending_gvl(pt, mono, frames, depth);
 }
 
 /* Wall mode, GVL held by the caller (main Ractor), worker parked: a window

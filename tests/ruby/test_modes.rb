@@ -146,6 +146,41 @@ class TestModes < Test::Unit::TestCase
     end
   end
 
+  # Short blocks (a sleep far below a quarter interval) between stretches of
+  # Ruby code: their time off the GVL is sampled onto the stacks that
+  # released the GVL, never onto the Ruby code the thread ran between them
+  # (which a tick landing there samples). A build that records the pending
+  # time at the thread's ticks fails this: its [GVL blocked] rows sit on
+  # rperf_spinner.
+  def test_wall_mode_short_blocks_go_to_the_call_that_blocked
+    RPERF_BACKENDS.each do |backend|
+      gate = Queue.new
+      t = Thread.new do
+        gate.pop
+        deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 0.4
+        while Process.clock_gettime(Process::CLOCK_MONOTONIC) < deadline
+          rperf_sleeper(0.00005)
+          rperf_spinner(0.0003)
+        end
+      end
+      Thread.pass until t.stop?
+      result = Rperf.start(frequency: 1000, mode: :wall, backend: backend) do
+        gate << :go
+        t.join
+      end
+      ctx = "#{backend}\n#{rperf_describe(result)}"
+      off_gvl = rperf_samples_with_leaf(result, GVL_BLOCKED) + rperf_samples_with_leaf(result, GVL_WAIT)
+      on_spin = off_gvl.select { |f, *| rperf_labels_of(f).include?("Object#rperf_spinner") }
+      assert_empty(on_spin, "no time off the GVL on the Ruby code between the blocks #{ctx}")
+      on_sleep = off_gvl.select { |f, *| rperf_labels_of(f).include?("Object#rperf_sleeper") }
+      on_sleep.each do |frames, *|
+        assert_equal("Kernel#sleep", rperf_labels_of(frames)[1], "#{backend}: #{rperf_labels_of(frames).first(4)}")
+      end
+      assert_operator(on_sleep.sum { |s| s[1] }, :>, 0, "the sleeps' time is recorded on them #{ctx}")
+      assert_operator(rperf_weight_with(result, "Object#rperf_spinner"), :>, 0, ctx)
+    end
+  end
+
   # The weights of two labels, their ratio b / a within `range`; returns
   # [a, b, context for further messages].
   def assert_b_over_a(result, a_label, b_label, range, what, where)

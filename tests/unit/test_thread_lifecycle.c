@@ -7,7 +7,8 @@
  * the backend hears when a thread's Ractor becomes known; thread tokens of
  * an earlier run, or of a thread already freed, name nothing; in wall mode a
  * GVL switch captures no stack unless its blocked/wait time is worth a
- * sample, short ones ride on the next sample with their time intact; the
+ * sample, short ones stay off the thread's samples and are recorded, time
+ * intact, once their sum passes an interval; the
  * engine counts threads announced but not yet run (unsettled); a thread
  * first met at RESUMED is weighed for its run after that; a block across a
  * cleared snapshot window counts only its part in the new window, and a
@@ -356,7 +357,30 @@ static int sum_types(const rperf_result_sample_t *s, void *ctx)
     return 0;
 }
 
-RPERF_TEST(short_gvl_blocks_capture_nothing_and_ride_on_the_next_sample)
+/* The thread leaves the GVL and exits; the run stops and is released.
+ * Returns its GVL sums. */
+static gvl_sums_t exit_stop_and_sum(rperf_thread_t *pt)
+{
+    rperf_ev_suspended(pt);
+    rperf_ev_exited(pt);             /* settled on the root frame */
+    rperf_engine_stop();
+    gvl_sums_t g = { 0, 0, 0 };
+    rperf_result_each_aggregated(sum_types, &g);
+    rperf_engine_release();
+    return g;
+}
+
+/* `n` blocks of at least `ns` each, on the GVL in between. */
+static void blocks_of(rperf_thread_t *pt, int n, int64_t ns)
+{
+    for (int i = 0; i < n; i++) {
+        rperf_ev_suspended(pt);
+        let_ns_pass(ns);
+        rperf_ev_resumed(pt);
+    }
+}
+
+RPERF_TEST(short_gvl_blocks_capture_nothing_and_stay_off_the_next_sample)
 {
     start_wall_at(1);                /* threshold: 250 ms, far above these blocks */
     depth = 3;
@@ -372,20 +396,99 @@ RPERF_TEST(short_gvl_blocks_capture_nothing_and_ride_on_the_next_sample)
     }
     RPERF_CHECK_EQ(captures, before);   /* five switches, no stack captured */
     int64_t pending = pt->pend_blocked;
-    rperf_sample_job(pt);            /* one capture: normal + the pending blocked */
+    rperf_sample_job(pt);            /* one capture, for the run time only: */
     RPERF_CHECK_EQ(captures, before + 1);
+    RPERF_CHECK_EQ(pt->pend_blocked, pending);   /* the blocked time waits for a block's stack */
+    gvl_sums_t g = exit_stop_and_sum(pt);
+    RPERF_CHECK_EQ(g.blocked, pending);  /* the blocked time, intact */
+    RPERF_CHECK_EQ(g.wait, 0);
+}
+
+/* Short blocks' time is recorded at the RESUMED whose block brings their sum
+ * past a gap drawn in [interval/2, 3 interval/2), on that block's stack.
+ * 100 Hz: interval 10 ms, gaps under 15 ms; blocks of 1 ms or more (longer
+ * on a loaded machine, which may make one pass an interval alone: recorded
+ * sooner, the same checks). */
+RPERF_TEST(short_gvl_blocks_are_recorded_once_their_sum_passes_an_interval)
+{
+    start_wall_at(100);
+    depth = 3;
+    rperf_thread_t *pt = rperf_thread_new(RPERF_THREAD_CREATED);
+    rperf_ev_resumed(pt);
+    int blocks = 0, before = captures;
+    while (captures == before && blocks < 15) {
+        blocks_of(pt, 1, 1000000);
+        blocks++;
+    }
+    RPERF_CHECK_EQ(captures, before + 1);   /* by the 15th block: 15 ms */
     RPERF_CHECK_EQ(pt->pend_blocked, 0);
+    RPERF_CHECK_EQ(pt->pend_wait, 0);
+    gvl_sums_t g = exit_stop_and_sum(pt);
+    RPERF_CHECK(g.blocked >= (int64_t)blocks * 1000000);   /* every block's time */
+}
+
+/* A block of an interval or more is recorded alone at its RESUMED: the time
+ * short blocks left pending before it stays pending for a sampled one, so
+ * the long call gets exactly its own time. 100 Hz: interval 10 ms. */
+RPERF_TEST(long_gvl_block_is_recorded_alone_and_leaves_short_ones_pending)
+{
+    start_wall_at(100);
+    depth = 3;
+    rperf_thread_t *pt = rperf_thread_new(RPERF_THREAD_CREATED);
+    rperf_ev_resumed(pt);
+    blocks_of(pt, 3, 20000);         /* far below the first gap (5 ms+) */
+    int64_t residual = pt->pend_blocked;
+    int before = captures;
+    blocks_of(pt, 1, 11000000);      /* 11 ms: over an interval */
+    RPERF_CHECK_EQ(captures, before + 1);
+    RPERF_CHECK_EQ(pt->pend_blocked, residual);   /* the long block's alone */
+    gvl_sums_t g = exit_stop_and_sum(pt);
+    RPERF_CHECK(g.blocked >= 11000000 + residual);   /* all of it, the residual at the exit */
+}
+
+/* [GVL blocked] weight of the samples whose leaf real frame is `leaf`. */
+typedef struct on_leaf {
+    rperf_frame_t leaf;
+    int64_t blocked;
+} on_leaf_t;
+static int scan_leaf(const rperf_result_sample_t *s, void *ctx)
+{
+    on_leaf_t *o = ctx;
+    if (s->depth > 1 && s->frames[0] == RPERF_SAMPLE_GVL_BLOCKED - 1 &&
+        rperf_result_frame(s->frames[1]) == o->leaf)
+        o->blocked += s->weight;
+    return 0;
+}
+
+/* Two calls that alternate, half an interval each: with a fixed gap of one
+ * interval every sample would land on the second of them (the sum passes
+ * the gap there, again and again); drawn gaps give both their share. */
+RPERF_TEST(alternating_short_blocks_are_both_sampled)
+{
+    start_wall_at(1000);             /* interval 1 ms */
+    depth = 3;
+    stack[1] = 0x2008; stack[2] = 0x2010;
+    rperf_thread_t *pt = rperf_thread_new(RPERF_THREAD_CREATED);
+    rperf_ev_resumed(pt);
+    for (int i = 0; i < 80; i++) {
+        rperf_ev_suspended(pt);
+        let_ns_pass(500000);
+        stack[0] = (i & 1) ? 0xB000 : 0xA000;   /* the call that blocked */
+        rperf_ev_resumed(pt);
+    }
+    stack[0] = 0x2000;
     rperf_ev_suspended(pt);
     rperf_ev_exited(pt);
     rperf_engine_stop();
-    gvl_sums_t g = { 0, 0, 0 };
-    rperf_result_each_aggregated(sum_types, &g);
-    RPERF_CHECK_EQ(g.blocked, pending);  /* the blocked time, intact */
-    RPERF_CHECK_EQ(g.wait, 0);
+    on_leaf_t a = { 0xA000, 0 }, b = { 0xB000, 0 };
+    rperf_result_each_aggregated(scan_leaf, &a);
+    rperf_result_each_aggregated(scan_leaf, &b);
+    RPERF_CHECK(a.blocked > 0);
+    RPERF_CHECK(b.blocked > 0);
     rperf_engine_release();
 }
 
-/* Wall mode, threshold 25 us: a thread blocks 60 us, becomes READY (through
+/* Wall mode, interval 50 us: a thread blocks 60 us, becomes READY (through
  * the slow path, or through the same-native-thread fast path when `here`),
  * waits 30 us for the GVL and resumes. Returns the run's GVL sums; the
  * number of stacks captured at that RESUMED goes to *captured_at_resume. */
@@ -393,7 +496,7 @@ static int64_t last_ready_bound;   /* from before SUSPENDED to after READY */
 
 static gvl_sums_t block_60us_then_wait_30us(bool here, int *captured_at_resume)
 {
-    start_wall_at(10000);
+    start_wall_at(20000);
     depth = 3;
     rperf_thread_t *pt = rperf_thread_new(RPERF_THREAD_CREATED);
     rperf_ev_resumed(pt);
@@ -740,8 +843,11 @@ int main(void)
                      RPERF_CASE(new_thread_is_not_charged_for_its_first_wait),
                      RPERF_CASE(thread_table_keeps_exited_threads),
                      RPERF_CASE(tokens_never_name_state_of_another_run),
-                     RPERF_CASE(short_gvl_blocks_capture_nothing_and_ride_on_the_next_sample),
+                     RPERF_CASE(short_gvl_blocks_capture_nothing_and_stay_off_the_next_sample),
+                     RPERF_CASE(short_gvl_blocks_are_recorded_once_their_sum_passes_an_interval),
                      RPERF_CASE(long_gvl_block_is_recorded_at_resumed_on_its_own_stack),
+                     RPERF_CASE(long_gvl_block_is_recorded_alone_and_leaves_short_ones_pending),
+                     RPERF_CASE(alternating_short_blocks_are_both_sampled),
                      RPERF_CASE(threads_announced_but_not_run_are_unsettled),
                      RPERF_CASE(cpu_mode_quick_switches_read_the_clock_rarely_and_keep_the_sums),
                      RPERF_CASE(cpu_mode_thread_that_moves_reads_at_every_suspend),
