@@ -23,7 +23,9 @@
  * No sample is lost: a tick with no holder delivers nothing, and blocked
  * time is recorded when a thread resumes. Missed-wake safety (Dekker): the
  * parker stores `parked`, fences, then asks idle(); the waker records its
- * holder, fences, then loads `parked`; one of them sees the other. The
+ * holder, fences, then loads `parked`; one of them sees the other (with
+ * membarrier() as the parker's fence and a compiler barrier as the
+ * waker's where the kernel offers it, see heavy_barrier). The
  * futex wait also ends after PARK_NAP_S as a watchdog; stop wakes it.
  *
  * It also owns the tick signal for these backends (install at start, the
@@ -48,6 +50,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <linux/futex.h>
+#include <linux/membarrier.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -93,6 +96,48 @@ static void full_barrier(void)
 static void full_barrier(void) { atomic_thread_fence(memory_order_seq_cst); }
 #endif
 
+/* The Dekker pair is lopsided: the wake side runs at every GVL acquisition
+ * (inside Ruby's scheduler lock), the park side a few times a second at
+ * most. With the process registered for MEMBARRIER_CMD_PRIVATE_EXPEDITED
+ * (Linux 4.14+), the park side's barrier is membarrier(), which makes
+ * every running thread of the process execute a full barrier, and the wake
+ * side's is a compiler barrier only: its store then drains in the
+ * background instead of stalling the fence (the holder slot's line is
+ * shared with the tick thread, so that store misses). Registered at each
+ * start (GVL held, before the tick thread exists); where it fails (old
+ * kernel, a seccomp filter) or under TSan (which does not know membarrier)
+ * both sides keep full barriers. */
+static _Atomic int asymmetric;
+
+static void register_membarrier(void)
+{
+#if defined(__SANITIZE_THREAD__)
+    atomic_store(&asymmetric, 0);
+#else
+    long rc = syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0);
+    atomic_store(&asymmetric, rc == 0);
+#endif
+}
+
+/* Park side. False: no barrier could be made (the caller must not park). */
+static bool heavy_barrier(void)
+{
+    if (!atomic_load_explicit(&asymmetric, memory_order_relaxed)) {
+        full_barrier();
+        return true;
+    }
+    return syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0;
+}
+
+/* Wake side. */
+static void light_barrier(void)
+{
+    if (atomic_load_explicit(&asymmetric, memory_order_relaxed))
+        atomic_signal_fence(memory_order_seq_cst);
+    else
+        full_barrier();
+}
+
 static long futex(_Atomic uint32_t *word, int op, uint32_t val, const struct timespec *timeout)
 {
     return syscall(SYS_futex, (uint32_t *)word, op, val, timeout, NULL, 0);
@@ -103,8 +148,7 @@ static long futex(_Atomic uint32_t *word, int op, uint32_t val, const struct tim
 static void park(void)
 {
     atomic_store(&parked, 1);
-    full_barrier();
-    if (atomic_load(&running) && idle_fn()) {
+    if (heavy_barrier() && atomic_load(&running) && idle_fn()) {
         struct timespec nap = { .tv_sec = PARK_NAP_S, .tv_nsec = 0 };
         futex(&parked, FUTEX_WAIT_PRIVATE, 1, &nap);   /* EAGAIN, EINTR, timeout: fine */
     }
@@ -113,7 +157,7 @@ static void park(void)
 
 void rperf_timer_thread_wake(void)
 {
-    full_barrier();
+    light_barrier();
     if (atomic_load_explicit(&parked, memory_order_relaxed) == 0) return;
     if (atomic_exchange(&parked, 0) == 1) futex(&parked, FUTEX_WAKE_PRIVATE, 1, NULL);
 }
@@ -161,6 +205,7 @@ int rperf_timer_thread_start(const rperf_backend_config_t *cfg, rperf_deliver_fn
     period = cfg->interval_ns;
     deliver_fn = deliver;
     idle_fn = idle;
+    register_membarrier();
     atomic_store(&parked, 0);
     atomic_store(&running, 1);
     sem_init(&up, 0, 0);
@@ -197,6 +242,7 @@ void rperf_timer_thread_after_fork(void)
 {
     atomic_store(&running, 0);
     atomic_store(&parked, 0);
+    atomic_store(&asymmetric, 0);   /* the next start registers the child */
     started = 0;
     rperf_tick_signal_after_fork();
 }
