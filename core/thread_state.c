@@ -771,10 +771,12 @@ void rperf_ev_gc(int ev)
     if (w <= 0) return;
     if (atomic_load(&gc_step_phase) == 2) pt->pend_gc_sweep += w;
     else pt->pend_gc_mark += w;
-    /* Like short GVL blocks, short steps are not worth a stack capture
-     * each: they ride on the thread's next sample (bounded error: less than
-     * a quarter interval goes to that sample's stack). GC time worth a
-     * sample is recorded now, on the stack that ran the step. */
+    /* Short steps are not worth a stack capture each: they ride on the
+     * thread's next sample (bounded error: less than a quarter interval
+     * goes to that sample's stack, most likely the same allocating code:
+     * unlike a GVL block's, a step's time is spent inside the Ruby code
+     * the thread runs). GC time worth a sample is recorded now, on the
+     * stack that ran the step. */
     if (pt->pend_gc_mark + pt->pend_gc_sweep < threshold_ns()) return;
     if (!wall_mode()) clamp_pending_gc(pt, ruby_cpu_now(pt, read_native_cpu()) - pt->last_cpu);
     rperf_frame_t frames[RPERF_MAX_DEPTH];
