@@ -121,8 +121,8 @@ struct rperf_thread {
     int64_t pend_blocked;
     int64_t pend_wait;
     /* wall mode: time off the GVL in short blocks still to go before the
-     * next one is sampled (≤ 0: draw a gap), and the generator of the gaps.
-     * Own context only. */
+     * next one is sampled, and the state of the generator of the gaps (0:
+     * none drawn yet in this run). Own context only. */
     int64_t gvl_left;
     uint32_t gvl_rng;
     /* both modes: [GC marking] / [GC sweeping] time not yet recorded (GC
