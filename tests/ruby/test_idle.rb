@@ -28,6 +28,21 @@ class TestIdle < Test::Unit::TestCase
 
   TIMER_BACKENDS = %i[holder nanosleep].freeze
 
+  # Child code: stop, and report for each key the number of raw samples
+  # with a frame of the given name.
+  STOP_AND_COUNT = <<~RUBY
+    def rperf_stop_and_count(**names)
+      data = Rperf.stop
+      child_report(**names.transform_values { |n| data[:raw_samples].count { |s| s[0].any? { |f| f[1] == n } } })
+    end
+  RUBY
+
+  # The child's report[key] is at least `min`.
+  def assert_child_count(run, key, min, what, msg)
+    assert_child_ok(run, what)
+    assert_operator(run.report[key], :>=, min, "#{what}: #{msg} #{run.report}")
+  end
+
   def each_backend_and_mode(&block)
     TIMER_BACKENDS.product(%i[wall cpu]).each(&block)
   end
@@ -100,6 +115,29 @@ class TestIdle < Test::Unit::TestCase
     end
   end
 
+  # A bursty server: each request is a short burst of Ruby work (under a
+  # period) after an idle gap long enough for the tick thread to park.
+  # Ticking must restart at a random phase of the period after the wake-up,
+  # so a burst is sampled with probability burst/period (~0.5 here: ~30 of
+  # 60 bursts). Restarting exactly one period after the wake-up would never
+  # land in a burst: its time would go to a later sample or to the thread's
+  # root frame.
+  def test_short_bursts_after_idle_gaps_are_sampled
+    (TIMER_BACKENDS + [:signal]).product(%i[wall cpu]).each do |backend, mode|
+      run = run_child(<<~RUBY, timeout: 60)
+        #{STOP_AND_COUNT}
+        def rperf_burst(s) = cpu_spin(s)
+        Rperf.start(backend: :#{backend}, frequency: 1000, mode: :#{mode}, aggregate: false)
+        60.times do
+          sleep 0.02 # over the 10 ms the tick thread idles before it parks
+          rperf_burst(0.0005)
+        end
+        rperf_stop_and_count(bursts: "Object#rperf_burst")
+      RUBY
+      assert_child_count(run, "bursts", 5, "#{backend} #{mode}", "short bursts sampled")
+    end
+  end
+
   # The caller of start holds the GVL from before the start: no RESUMED
   # told the backend. Right after start it sits in a C call that keeps the
   # GVL and takes no job (a sort of 500,000 Floats: no safepoint), so
@@ -110,17 +148,15 @@ class TestIdle < Test::Unit::TestCase
   def test_a_gvl_holding_call_right_after_start_keeps_the_ticks
     each_backend_and_mode do |backend, mode|
       run = run_child(<<~RUBY, timeout: 60)
+        #{STOP_AND_COUNT}
         def rperf_after_sort(s) = cpu_spin(s)
         floats = Array.new(500_000) { rand }
         Rperf.start(backend: :#{backend}, frequency: 1000, mode: :#{mode}, aggregate: false)
         floats.sort!
         rperf_after_sort(0.25)
-        data = Rperf.stop
-        child_report(after: data[:raw_samples].count { |s| s[0].any? { |f| f[1] == "Object#rperf_after_sort" } })
+        rperf_stop_and_count(after: "Object#rperf_after_sort")
       RUBY
-      what = "#{backend} #{mode}"
-      assert_child_ok(run, what)
-      assert_operator(run.report["after"], :>=, 60, "#{what}: work after the call sampled #{run.report}")
+      assert_child_count(run, "after", 60, "#{backend} #{mode}", "work after the call sampled")
     end
   end
 end
