@@ -120,13 +120,15 @@ struct rperf_thread {
      * shorter than an interval are sampled, see resume_wall) */
     int64_t pend_blocked;
     int64_t pend_wait;
-    /* wall mode: time off the GVL in short blocks still to go before the
-     * next one is sampled, and the state of the generator of the gaps (0:
-     * none drawn yet in this run). Own context only. */
+    /* time in short GVL blocks (wall mode) and in GC steps (both modes)
+     * still to go before the next one is sampled (0: none drawn yet in
+     * this run), and the state of the generator of those gaps. Own
+     * context only. */
     int64_t gvl_left;
-    uint32_t gvl_rng;
+    int64_t gc_left;
+    uint32_t gap_rng;
     /* both modes: [GC marking] / [GC sweeping] time not yet recorded (GC
-     * steps shorter than a quarter interval ride on the next sample) */
+     * steps are sampled by their time, see rperf_ev_gc) */
     int64_t pend_gc_mark;
     int64_t pend_gc_sweep;
     _Atomic uint32_t ractor_id;    /* Ruby's Ractor id, 0 = not known yet */

@@ -2,6 +2,8 @@
 # GC synthetic frames, GC.stress, compaction while profiling.
 require_relative "helper"
 
+def rperf_no_alloc(seconds) = cpu_spin(seconds)
+
 class TestGC < Test::Unit::TestCase
   include RperfTestHelper
 
@@ -45,9 +47,31 @@ class TestGC < Test::Unit::TestCase
     end
   end
 
+  # GC time belongs to code that ran GC. A thread alternates 0.2 ms of
+  # allocation with 0.2 ms of computing that allocates nothing: no GC
+  # record may sit on the computing method. (Until session 18 a tick
+  # recorded the GC time pending since its previous sample on its own
+  # stack, often the computing method's.)
+  def test_gc_time_lands_only_on_code_that_ran_gc
+    each_combo do |backend, mode|
+      result = Rperf.start(frequency: 1000, mode: mode, backend: backend) do
+        1000.times do
+          rperf_alloc_work(0.0002)
+          rperf_no_alloc(0.0002)
+        end
+      end
+      ctx = "#{backend}/#{mode}\n#{rperf_describe(result)}"
+      gc = rperf_samples_with_leaf(result, GC_MARKING) + rperf_samples_with_leaf(result, GC_SWEEPING)
+      assert_not_empty(gc, ctx)
+      on_no_alloc = gc.select { |f, *| rperf_labels_of(f).include?("Object#rperf_no_alloc") }
+      assert_empty(on_no_alloc, "no GC time on a method that allocates nothing #{ctx}")
+      assert_operator(rperf_weight_with(result, "Object#rperf_no_alloc"), :>, 0, "it is sampled #{ctx}")
+    end
+  end
+
   def test_gc_time_of_short_steps_is_kept
-    # Lazy sweeping runs many GC steps shorter than a quarter interval; their
-    # time waits for a sample (or an exiting thread) to ride on. None of it
+    # Lazy sweeping runs many GC steps far shorter than an interval; their
+    # time waits until its sum is sampled (or the thread exits). None of it
     # may be lost: the profile's GC time matches Ruby's own GC clock.
     each_combo do |backend, mode|
       next unless mode == :cpu # GC.stat(:time) is process CPU time

@@ -777,14 +777,26 @@ static void gc_step(int64_t ns)
     rperf_ev_gc(RPERF_GC_EXIT);
 }
 
-/* Lazy sweeping runs thousands of short GC steps a second: a step shorter
- * than a quarter interval captures no stack; its time rides on the
- * thread's next sample, typed, and none of it is lost or counted twice.
- * GC time worth a sample is captured at once, on the stack that ran it. */
-RPERF_TEST(short_gc_steps_capture_nothing_and_ride_on_the_next_sample)
+/* The thread's GC weights after its exit, stopped and released. */
+static gc_sums_t gc_exit_stop_and_sum(rperf_thread_t *pt)
+{
+    rperf_ev_suspended(pt);
+    rperf_ev_exited(pt);             /* settled on the root frame */
+    rperf_engine_stop();
+    gc_sums_t g = { 0, 0, 0, 0, 0 };
+    rperf_result_each_aggregated(sum_gc, &g);
+    rperf_engine_release();
+    return g;
+}
+
+/* Lazy sweeping runs thousands of short GC steps a second: short steps
+ * capture no stack, and the thread's ticks leave their time pending (it
+ * belongs on a stack that ran GC, not on whatever the tick finds), typed
+ * and kept until one of them is sampled or the thread exits. */
+RPERF_TEST(short_gc_steps_capture_nothing_and_stay_off_the_next_sample)
 {
     for (int clock = RPERF_CLOCK_CPU; clock <= RPERF_CLOCK_WALL; clock++) {
-        start_at(1000, clock);           /* threshold: 250 us */
+        start_at(1000, clock);           /* the first gap: 500 us or more */
         depth = 3;
         rperf_thread_t *pt = rperf_thread_new(RPERF_THREAD_CREATED);
         int64_t t0 = rperf__mono_ns();
@@ -796,39 +808,63 @@ RPERF_TEST(short_gc_steps_capture_nothing_and_ride_on_the_next_sample)
         for (int i = 0; i < 3; i++) gc_step(20000);   /* 60 us of sweeping */
         rperf_ev_gc(RPERF_GC_END_SWEEP);
         RPERF_CHECK_EQ(captures, before);             /* eight steps, no stack */
-        RPERF_CHECK(pt->pend_gc_mark >= 100000);
-        RPERF_CHECK(pt->pend_gc_sweep >= 60000);
+        int64_t mark = pt->pend_gc_mark, sweep = pt->pend_gc_sweep;
+        RPERF_CHECK(mark >= 100000);
+        RPERF_CHECK(sweep >= 60000);
         let_time_pass();
-        rperf_sample_job(pt);            /* one capture carries all three */
+        rperf_sample_job(pt);            /* the tick's own sample only */
         RPERF_CHECK_EQ(captures, before + 1);
-        RPERF_CHECK_EQ(pt->pend_gc_mark, 0);
-        RPERF_CHECK_EQ(pt->pend_gc_sweep, 0);
-        rperf_ev_gc(RPERF_GC_START);
-        gc_step(300000);                 /* worth a sample: captured now */
-        RPERF_CHECK_EQ(captures, before + 2);
-        RPERF_CHECK_EQ(pt->pend_gc_mark, 0);
-        rperf_ev_gc(RPERF_GC_END_SWEEP);
-        gc_step(20000);                  /* left pending: settled at exit */
-        rperf_ev_suspended(pt);
-        rperf_ev_exited(pt);
+        RPERF_CHECK_EQ(pt->pend_gc_mark, mark);
+        RPERF_CHECK_EQ(pt->pend_gc_sweep, sweep);
+        gc_sums_t g = gc_exit_stop_and_sum(pt);
         int64_t elapsed = rperf__mono_ns() - t0;
-        rperf_engine_stop();
-        gc_sums_t g = { 0, 0, 0, 0, 0 };
-        rperf_result_each_aggregated(sum_gc, &g);
+        RPERF_CHECK_EQ(g.mark_n, 1);     /* settled once, at the exit */
+        RPERF_CHECK_EQ(g.sweep_n, 1);
         if (clock == RPERF_CLOCK_WALL) {
-            RPERF_CHECK(g.mark >= 400000);   /* 100 + 300 us, none lost */
-            RPERF_CHECK(g.sweep >= 60000);
-            RPERF_CHECK_EQ(g.mark_n, 2);     /* one record per capture, not per step */
+            RPERF_CHECK_EQ(g.mark, mark);   /* none lost */
+            RPERF_CHECK_EQ(g.sweep, sweep);
         } else {
             /* cpu mode: steps are timed on the monotonic clock and cut to
              * the thread's CPU time (a preempted step counts less) */
             RPERF_CHECK(g.mark > 0 && g.sweep > 0);
-            RPERF_CHECK(g.mark_n >= 1 && g.mark_n <= 2);
         }
         /* nothing counted twice: the busy thread's weights add up to at
          * most its wall time */
         RPERF_CHECK(g.mark + g.sweep + g.other <= elapsed);
-        rperf_engine_release();
+    }
+}
+
+/* Short steps are sampled by their time: once their sum passes the gap
+ * (under 1.5 intervals), the step that passed it captures its stack and
+ * everything pending is recorded there; a step of an interval or more is
+ * recorded at once. One capture per gap, not per step. */
+RPERF_TEST(gc_steps_are_recorded_once_their_sum_passes_an_interval)
+{
+    for (int clock = RPERF_CLOCK_CPU; clock <= RPERF_CLOCK_WALL; clock++) {
+        start_at(1000, clock);
+        depth = 3;
+        rperf_thread_t *pt = rperf_thread_new(RPERF_THREAD_CREATED);
+        rperf_ev_resumed(pt);
+        int before = captures, steps = 0;
+        rperf_ev_gc(RPERF_GC_START);
+        while (captures == before && steps < 80) {
+            gc_step(20000);
+            steps++;
+        }
+        RPERF_CHECK_EQ(captures, before + 1);   /* by 1.5 ms of steps */
+        RPERF_CHECK(steps >= 25);               /* not before 0.5 ms */
+        RPERF_CHECK_EQ(pt->pend_gc_mark, 0);
+        gc_step(20000);                         /* far below the next gap */
+        RPERF_CHECK_EQ(captures, before + 1);
+        gc_step(1100000);                       /* over an interval: at once */
+        RPERF_CHECK_EQ(captures, before + 2);
+        RPERF_CHECK_EQ(pt->pend_gc_mark, 0);
+        rperf_ev_gc(RPERF_GC_END_SWEEP);
+        gc_sums_t g = gc_exit_stop_and_sum(pt);
+        if (clock == RPERF_CLOCK_WALL)
+            RPERF_CHECK(g.mark >= (int64_t)(steps + 1) * 20000 + 1100000);   /* every step's */
+        else
+            RPERF_CHECK(g.mark > 0);
     }
 }
 
@@ -853,5 +889,6 @@ int main(void)
                      RPERF_CASE(cpu_mode_thread_that_moves_reads_at_every_suspend),
                      RPERF_CASE(ready_on_the_same_native_thread_splits_blocked_from_wait),
                      RPERF_CASE(cpu_mode_job_takes_a_fresh_reading_from_the_backend),
-                     RPERF_CASE(short_gc_steps_capture_nothing_and_ride_on_the_next_sample));
+                     RPERF_CASE(short_gc_steps_capture_nothing_and_stay_off_the_next_sample),
+                     RPERF_CASE(gc_steps_are_recorded_once_their_sum_passes_an_interval));
 }
