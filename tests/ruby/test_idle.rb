@@ -10,6 +10,7 @@
 # watchdog. Each scenario runs in a child Ruby so its own threads are the
 # only ones counted.
 require_relative "helper"
+require "etc"
 
 class TestIdle < Test::Unit::TestCase
   include RperfTestHelper
@@ -135,6 +136,33 @@ class TestIdle < Test::Unit::TestCase
         rperf_stop_and_count(bursts: "Object#rperf_burst")
       RUBY
       assert_child_count(run, "bursts", 5, "#{backend} #{mode}", "short bursts sampled")
+    end
+  end
+
+  # The tick thread asks the scheduler for a 100 us slice, so it can
+  # preempt a busy thread whose CPU it shares (backends/timer_thread.c,
+  # ask_short_slice), and keeps the nice value it inherits: a niced process
+  # stays niced. The slice is read where the kernel shows it (se.slice in
+  # /proc/<tid>/sched) and honours the request (Linux 6.12+).
+  def test_the_tick_thread_asks_for_a_short_slice_and_stays_niced
+    TIMER_BACKENDS.each do |backend|
+      run = run_child(<<~RUBY, timeout: 60)
+        Process.setpriority(Process::PRIO_PROCESS, 0, 5) # this thread; new threads inherit it
+        Rperf.start(backend: :#{backend}, frequency: 1000)
+        dir = Dir["/proc/self/task/*"].find { |d| (File.read("\#{d}/comm").strip rescue "") == "rperf-timer" }
+        nice = File.read("\#{dir}/stat").split(")").last.split[16].to_i
+        sched = (File.read("\#{dir}/sched") rescue "")
+        slice = sched.include?("se.slice") ? sched[/^se\\.slice\\s*:\\s*(\\d+)/, 1].to_i : nil
+        Rperf.stop
+        child_report(nice: nice, slice: slice)
+      RUBY
+      assert_child_ok(run, backend)
+      rep = run.report
+      assert_equal(5, rep["nice"], "#{backend}: the tick thread keeps the process's nice value #{rep}")
+      kernel = Etc.uname[:release].split(".").first(2).map(&:to_i)
+      next if rep["slice"].nil? || (kernel <=> [6, 12]).negative?
+
+      assert_equal(100_000, rep["slice"], "#{backend}: the tick thread's slice #{rep}")
     end
   end
 
