@@ -199,4 +199,5 @@ const rperf_backend_ops_t rperf_backend_signal = {
     .thread_resumed = thread_resumed,
     .thread_suspended = thread_suspended,
     .thread_identified = NULL,
+    .ticks_on_holder = true,   /* a thread off its GVL has its timer disarmed */
 };

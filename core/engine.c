@@ -95,6 +95,8 @@ void rperf_engine_leave(void) { atomic_fetch_sub(my_stripe(), 1); }
 
 void rperf_engine_tick_sigsafe(void)
 {
+    if (rperf__engine.cfg.clock == RPERF_CLOCK_WALL)   /* clock_gettime: async-signal-safe */
+        atomic_store_explicit(&rperf__engine.tick_mono, rperf__mono_ns(), memory_order_relaxed);
     atomic_fetch_add_explicit(&rperf__engine.trigger_count, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&rperf__engine.outstanding, 1, memory_order_relaxed);
     rperf__engine.host.trigger();
@@ -162,6 +164,7 @@ int rperf_engine_start(const rperf_config_t *cfg, rperf_thread_t **caller,
     rperf__engine.interval_ns = 1000000000LL / cfg->frequency;
     rperf__engine.run_id++;
     atomic_store(&rperf__engine.outstanding, 0);
+    atomic_store(&rperf__engine.tick_mono, 0);
     atomic_store(&rperf__engine.thread_seq, 0);
     atomic_store(&rperf__engine.unsettled, 0);
     atomic_store(&rperf__engine.thread_new_failed, 0);

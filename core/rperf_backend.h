@@ -10,6 +10,7 @@
 #ifndef RPERF_BACKEND_H
 #define RPERF_BACKEND_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -66,6 +67,14 @@ typedef struct rperf_backend_ops {
      * (an eighth of an interval) and not older than a reading already made
      * on this native thread; otherwise the job reads the clock itself. */
     int (*tick_cpu)(int64_t *cpu_ns, int64_t *mono_ns);
+    /* True when every tick goes to a thread that holds its GVL at the tick
+     * (the job it triggers runs on that thread, at its next safepoint).
+     * Wall mode then ends the sample of a job that runs late at its tick
+     * (thread_state.c, sample_end). False (the default) for a backend that
+     * can trigger a thread that is off its GVL, whose job then runs right
+     * after its RESUMED: ending samples at ticks would hand the tail of the
+     * previous call to that point, not to a random one. */
+    bool ticks_on_holder;
 } rperf_backend_ops_t;
 
 /* backends/registry.c */

@@ -270,6 +270,32 @@ static void record_pending_gc(rperf_thread_t *pt, int64_t mono, const rperf_fram
     }
 }
 
+/* Wall mode, in a tick's job: where its sample ends. The job runs at the
+ * thread's first safepoint after the tick; after a C call that keeps the
+ * GVL (no safepoint until it returns: JSON parsing, a regexp, a sort) or
+ * a long GC step that can be a whole interval later or more. A sample
+ * taken at the tick would have found the same stack (the call; the job
+ * runs at its method's `leave`) and left the time after the tick to the
+ * next sample; ending the job's sample at `now` instead charged the call
+ * with the time before it began (since the previous sample) without ever
+ * leaving it the part after its last tick, a bias of up to an interval
+ * per long call (the bench's 20 ms holding calls: +146 us each, session
+ * 18). So a job that runs a quarter interval or more after the latest
+ * tick ends its sample at that tick, when the thread held its GVL then
+ * (the tick is after its RESUMED on this native thread and after its
+ * last attributed point); the rest stays unattributed for the next
+ * sample. Otherwise, at a window's close, and for a backend whose ticks
+ * may reach a thread off its GVL (ticks_on_holder false: :nanosleep), the
+ * sample ends now. */
+static int64_t sample_end(rperf_thread_t *pt, int64_t mono)
+{
+    int64_t t = atomic_load_explicit(&rperf__engine.tick_mono, memory_order_relaxed);
+    if (!backend() || !backend()->ticks_on_holder) return mono;
+    if (t <= 0 || t >= mono || mono - t < threshold_ns()) return mono;
+    if (t <= pt->last_wall || t < nt_tls.resumed_mono) return mono;
+    return t;
+}
+
 /* Record the normal sample covering [last attributed point, now), less the
  * GC (and in wall mode GVL) time pending since then. A tick leaves that
  * pending time for a GC step's or a block's stack (rperf_ev_gc,
@@ -285,8 +311,10 @@ static void sample_now(rperf_thread_t *pt, int64_t mono, int64_t native, int64_t
         clamp_pending_gc(pt, room);
         weight = room - pt->pend_gc_mark - pt->pend_gc_sweep;
     } else {
-        weight = mono - pt->last_wall - pt->pend_blocked - pt->pend_wait - pt->pend_gc_mark -
-                 pt->pend_gc_sweep;
+        int64_t pend = pt->pend_blocked + pt->pend_wait + pt->pend_gc_mark + pt->pend_gc_sweep;
+        int64_t end = count_job ? sample_end(pt, mono) : mono;
+        weight = end - pt->last_wall - pend;
+        if (end != mono && weight < min_weight) weight = mono - pt->last_wall - pend;
     }
     bool normal = weight > 0 && weight >= min_weight;
     bool settle_gc = !count_job && pt->pend_gc_mark + pt->pend_gc_sweep > 0;

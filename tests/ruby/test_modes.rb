@@ -200,6 +200,36 @@ class TestModes < Test::Unit::TestCase
     [a, b, ctx]
   end
 
+  # Wall mode: Ruby work right before a long C call that keeps the GVL
+  # (String#count over 24 MB, ~3 ms: no safepoint inside) keeps its share.
+  # A tick inside the call is taken at the call's end; its sample must end
+  # at the tick, not at the call's end, or the call absorbs the Ruby time
+  # since the previous sample (0.6 ms of work before each call got ~30 %
+  # of its time that way, the call ~113 %). Not asserted for :nanosleep,
+  # whose ticks can reach a blocked thread (ticks_on_holder false).
+  def test_wall_mode_work_before_a_long_holding_call_keeps_its_share
+    big = "abcdefgh" * 3_000_000
+    %i[holder signal].each do |backend|
+      spent = Hash.new(0)
+      now = -> { Process.clock_gettime(Process::CLOCK_MONOTONIC, :nanosecond) }
+      result = Rperf.start(frequency: 1000, mode: :wall, backend: backend) do
+        150.times do
+          a = now.()
+          rperf_spinner(0.0006)
+          b = now.()
+          big.count("a")
+          spent[:work] += b - a
+          spent[:call] += now.() - b
+        end
+      end
+      ctx = "#{backend} #{spent}\n#{rperf_describe(result)}"
+      work = rperf_weight_with(result, "Object#rperf_spinner")
+      call = rperf_weight_with(result, "String#count")
+      assert_include(0.6..1.6, work.to_f / spent[:work], "the work before the call #{ctx}")
+      assert_include(0.8..1.2, call.to_f / spent[:call], "the call #{ctx}")
+    end
+  end
+
   def test_cpu_mode_weight_proportional_to_cpu_work
     RPERF_BACKENDS.each do |backend|
       result = Rperf.start(frequency: 1000, mode: :cpu, backend: backend) do

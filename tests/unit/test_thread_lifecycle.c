@@ -406,25 +406,26 @@ RPERF_TEST(short_gvl_blocks_capture_nothing_and_stay_off_the_next_sample)
 
 /* Short blocks' time is recorded at the RESUMED whose block brings their sum
  * past a gap drawn in [interval/2, 3 interval/2), on that block's stack.
- * 100 Hz: interval 10 ms, gaps under 15 ms; blocks of 1 ms or more (longer
- * on a loaded machine, which may make one pass an interval alone: recorded
- * sooner, the same checks). */
+ * 10 Hz: interval 100 ms, gaps under 150 ms; blocks of 10 ms or more (a
+ * block stretched to an interval by a stall of the machine would be
+ * recorded alone and leave the others pending: at 100 Hz a 9 ms stall did
+ * that once on a loaded VM). */
 RPERF_TEST(short_gvl_blocks_are_recorded_once_their_sum_passes_an_interval)
 {
-    start_wall_at(100);
+    start_wall_at(10);
     depth = 3;
     rperf_thread_t *pt = rperf_thread_new(RPERF_THREAD_CREATED);
     rperf_ev_resumed(pt);
     int blocks = 0, before = captures;
     while (captures == before && blocks < 15) {
-        blocks_of(pt, 1, 1000000);
+        blocks_of(pt, 1, 10000000);
         blocks++;
     }
-    RPERF_CHECK_EQ(captures, before + 1);   /* by the 15th block: 15 ms */
+    RPERF_CHECK_EQ(captures, before + 1);   /* by the 15th block: 150 ms */
     RPERF_CHECK_EQ(pt->pend_blocked, 0);
     RPERF_CHECK_EQ(pt->pend_wait, 0);
     gvl_sums_t g = exit_stop_and_sum(pt);
-    RPERF_CHECK(g.blocked >= (int64_t)blocks * 1000000);   /* every block's time */
+    RPERF_CHECK(g.blocked >= (int64_t)blocks * 10000000);   /* every block's time */
 }
 
 /* A block of an interval or more is recorded alone at its RESUMED: the time
@@ -796,7 +797,7 @@ static gc_sums_t gc_exit_stop_and_sum(rperf_thread_t *pt)
 RPERF_TEST(short_gc_steps_capture_nothing_and_stay_off_the_next_sample)
 {
     for (int clock = RPERF_CLOCK_CPU; clock <= RPERF_CLOCK_WALL; clock++) {
-        start_at(1000, clock);           /* the first gap: 500 us or more */
+        start_at(10, clock);             /* the first gap: 50 ms or more */
         depth = 3;
         rperf_thread_t *pt = rperf_thread_new(RPERF_THREAD_CREATED);
         int64_t t0 = rperf__mono_ns();
@@ -837,35 +838,65 @@ RPERF_TEST(short_gc_steps_capture_nothing_and_stay_off_the_next_sample)
 /* Short steps are sampled by their time: once their sum passes the gap
  * (under 1.5 intervals), the step that passed it captures its stack and
  * everything pending is recorded there; a step of an interval or more is
- * recorded at once. One capture per gap, not per step. */
+ * recorded at once. One capture per gap, not per step. 10 Hz (interval
+ * 100 ms), steps of 2 ms: a stall of the machine would have to stretch one
+ * to 100 ms to make it look long. */
 RPERF_TEST(gc_steps_are_recorded_once_their_sum_passes_an_interval)
 {
     for (int clock = RPERF_CLOCK_CPU; clock <= RPERF_CLOCK_WALL; clock++) {
-        start_at(1000, clock);
+        start_at(10, clock);
         depth = 3;
         rperf_thread_t *pt = rperf_thread_new(RPERF_THREAD_CREATED);
         rperf_ev_resumed(pt);
         int before = captures, steps = 0;
         rperf_ev_gc(RPERF_GC_START);
         while (captures == before && steps < 80) {
-            gc_step(20000);
+            gc_step(2000000);
             steps++;
         }
-        RPERF_CHECK_EQ(captures, before + 1);   /* by 1.5 ms of steps */
-        RPERF_CHECK(steps >= 25);               /* not before 0.5 ms */
+        RPERF_CHECK_EQ(captures, before + 1);   /* by 150 ms of steps */
+        RPERF_CHECK(steps >= 25);               /* not before 50 ms */
         RPERF_CHECK_EQ(pt->pend_gc_mark, 0);
-        gc_step(20000);                         /* far below the next gap */
+        gc_step(2000000);                       /* far below the next gap */
         RPERF_CHECK_EQ(captures, before + 1);
-        gc_step(1100000);                       /* over an interval: at once */
+        gc_step(110000000);                     /* over an interval: at once */
         RPERF_CHECK_EQ(captures, before + 2);
         RPERF_CHECK_EQ(pt->pend_gc_mark, 0);
         rperf_ev_gc(RPERF_GC_END_SWEEP);
         gc_sums_t g = gc_exit_stop_and_sum(pt);
         if (clock == RPERF_CLOCK_WALL)
-            RPERF_CHECK(g.mark >= (int64_t)(steps + 1) * 20000 + 1100000);   /* every step's */
+            RPERF_CHECK(g.mark >= (int64_t)(steps + 1) * 2000000 + 110000000);   /* every step's */
         else
             RPERF_CHECK(g.mark > 0);
     }
+}
+
+/* Wall mode: a job that runs long after its tick (the thread was in a C
+ * call that keeps the GVL) ends its sample at the tick: the time after the
+ * tick stays for the next sample instead of going to the call with the
+ * time before it. A job that runs right after its tick (the next one here)
+ * ends its sample then, as before, taking that time. */
+RPERF_TEST(a_late_job_ends_its_sample_at_the_tick)
+{
+    start_wall_at(10);                   /* late: a quarter interval, 25 ms */
+    depth = 3;
+    rperf_thread_t *pt = rperf_thread_new(RPERF_THREAD_CREATED);
+    rperf_ev_resumed(pt);
+    let_ns_pass(3000000);                /* 3 ms of Ruby code */
+    rperf_engine_tick_sigsafe();
+    int64_t tick = atomic_load(&rperf__engine.tick_mono);
+    RPERF_CHECK(tick > 0);
+    let_ns_pass(30000000);               /* the call: no job for 30 ms */
+    int before = captures;
+    rperf_sample_job(pt);                /* late: its sample ends at the tick */
+    RPERF_CHECK_EQ(captures, before + 1);
+    RPERF_CHECK_EQ(pt->last_wall, tick);
+    let_ns_pass(1000000);
+    rperf_engine_tick_sigsafe();
+    int64_t job = rperf__mono_ns();
+    rperf_sample_job(pt);                /* on time: ends now, with the 30 + 1 ms */
+    RPERF_CHECK(pt->last_wall >= job);
+    (void)exit_stop_and_sum(pt);
 }
 
 int main(void)
@@ -890,5 +921,6 @@ int main(void)
                      RPERF_CASE(ready_on_the_same_native_thread_splits_blocked_from_wait),
                      RPERF_CASE(cpu_mode_job_takes_a_fresh_reading_from_the_backend),
                      RPERF_CASE(short_gc_steps_capture_nothing_and_stay_off_the_next_sample),
-                     RPERF_CASE(gc_steps_are_recorded_once_their_sum_passes_an_interval));
+                     RPERF_CASE(gc_steps_are_recorded_once_their_sum_passes_an_interval),
+                     RPERF_CASE(a_late_job_ends_its_sample_at_the_tick));
 }
