@@ -346,22 +346,29 @@ static void sample_now(rperf_thread_t *pt, int64_t mono, int64_t native, int64_t
 /* cpu mode, in the job: this native thread's CPU clock. A backend that
  * read it for this tick from its own thread (the holder's timer thread)
  * offers that reading, which spares the application thread the system
- * call (~1.1 us on a VM, at every sample). It is taken only if it is
- * recent: the CPU time between the reading and the job goes to the next
- * sample instead, so that shift stays under an eighth of an interval
- * (the job runs at the first safepoint after the trigger, within a few
- * microseconds but after a long C call that keeps the GVL); and only if no
- * reading made on this thread since is larger (the clock is monotonic per
- * native thread, so a smaller value was taken before one the accounting
- * already used: taking it would count some CPU time twice or not at all). */
-static int64_t job_native_cpu(int64_t mono)
+ * call (~1.1 us on a VM, at every sample). The sample then ends at the
+ * reading, and the CPU time between it and the job goes to the next
+ * sample. It is taken when it is recent (an eighth of an interval: the
+ * job ran right after its tick), or when it was taken while the thread
+ * held its GVL (after its RESUMED on this native thread, not below its
+ * mark) and the backend's ticks go to holders: the job ran late, after a
+ * C call that keeps the GVL, and ends its sample at the tick as in wall
+ * mode (sample_end). And only if no reading made on this thread since is
+ * larger (the clock is monotonic per native thread, so a smaller value was
+ * taken before one the accounting already used: taking it would count
+ * some CPU time twice or not at all). */
+static int64_t job_native_cpu(rperf_thread_t *pt, int64_t mono)
 {
     const rperf_backend_ops_t *b = backend();
     int64_t cpu, at;
-    if (b && b->tick_cpu && b->tick_cpu(&cpu, &at) == 0 && at <= mono &&
-        mono - at <= rperf__engine.interval_ns / 8 && cpu >= nt_tls.cpu_hi) {
-        nt_tls.cpu_hi = cpu;
-        return cpu;
+    if (b && b->tick_cpu && b->tick_cpu(&cpu, &at) == 0 && at <= mono && cpu >= nt_tls.cpu_hi) {
+        bool fresh = mono - at <= rperf__engine.interval_ns / 8;
+        bool held = b->ticks_on_holder && at >= nt_tls.resumed_mono && pt->cpu_mark >= 0 &&
+                    cpu >= pt->cpu_mark;
+        if (fresh || held) {
+            nt_tls.cpu_hi = cpu;
+            return cpu;
+        }
     }
     return read_native_cpu();
 }
@@ -376,7 +383,7 @@ void rperf_sample_job(rperf_thread_t *pt)
      * cpu mode, and taken from the backend when it has read it already
      * (job_native_cpu). */
     int64_t mono = rperf__mono_ns();
-    sample_now(pt, mono, wall_mode() ? 0 : job_native_cpu(mono), 1, true);
+    sample_now(pt, mono, wall_mode() ? 0 : job_native_cpu(pt, mono), 1, true);
 }
 
 /* own, GVL held: settle the caller's last partial interval at stop/snapshot

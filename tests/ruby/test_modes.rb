@@ -200,19 +200,22 @@ class TestModes < Test::Unit::TestCase
     [a, b, ctx]
   end
 
-  # Wall mode: Ruby work right before a long C call that keeps the GVL
-  # (String#count over 24 MB, ~3 ms: no safepoint inside) keeps its share.
-  # A tick inside the call is taken at the call's end; its sample must end
-  # at the tick, not at the call's end, or the call absorbs the Ruby time
-  # since the previous sample (0.6 ms of work before each call got ~30 %
-  # of its time that way, the call ~113 %). Not asserted for :nanosleep,
-  # whose ticks can reach a blocked thread (ticks_on_holder false).
-  def test_wall_mode_work_before_a_long_holding_call_keeps_its_share
+  # Ruby work right before a long C call that keeps the GVL (String#count
+  # over 24 MB, ~3 ms: no safepoint inside) keeps its share. A tick inside
+  # the call is taken at the call's end; its sample must end at the tick,
+  # not at the call's end, or the call absorbs the Ruby time since the
+  # previous sample (0.6 ms of work before each call got ~30 % of its time
+  # that way, the call ~113 %). Wall mode on :holder and :signal, cpu mode
+  # on :holder (its timer thread's CPU reading at the tick). Not asserted
+  # for :nanosleep, whose ticks can reach a blocked thread
+  # (ticks_on_holder false), nor for :signal in cpu mode (no reading at
+  # the tick).
+  def test_work_before_a_long_holding_call_keeps_its_share
     big = "abcdefgh" * 3_000_000
-    %i[holder signal].each do |backend|
+    [%i[holder wall], %i[signal wall], %i[holder cpu]].each do |backend, mode|
       spent = Hash.new(0)
       now = -> { Process.clock_gettime(Process::CLOCK_MONOTONIC, :nanosecond) }
-      result = Rperf.start(frequency: 1000, mode: :wall, backend: backend) do
+      result = Rperf.start(frequency: 1000, mode: mode, backend: backend) do
         150.times do
           a = now.()
           rperf_spinner(0.0006)
@@ -222,7 +225,7 @@ class TestModes < Test::Unit::TestCase
           spent[:call] += now.() - b
         end
       end
-      ctx = "#{backend} #{spent}\n#{rperf_describe(result)}"
+      ctx = "#{backend}/#{mode} #{spent}\n#{rperf_describe(result)}"
       work = rperf_weight_with(result, "Object#rperf_spinner")
       call = rperf_weight_with(result, "String#count")
       assert_include(0.6..1.6, work.to_f / spent[:work], "the work before the call #{ctx}")

@@ -703,14 +703,16 @@ static int fake_tick_cpu_op(int64_t *cpu_ns, int64_t *mono_ns)
 }
 static const rperf_backend_ops_t reading_backend = {
     .version = RPERF_BACKEND_ABI_VERSION, .name = "reading", .description = "test",
-    .start = fb_start, .stop = fb_stop, .tick_cpu = fake_tick_cpu_op,
+    .start = fb_start, .stop = fb_stop, .tick_cpu = fake_tick_cpu_op, .ticks_on_holder = true,
 };
 
 /* One cpu-mode run at 1 kHz: a thread runs, then its job finds the reading
  * `ahead` ns past (or before, if negative) its clock's value at RESUMED,
- * taken `age` ns ago. Returns the weight of the job's own sample (the
- * thread's leaf frame; its exit settles the rest on its root frame). */
-static int64_t job_weight_with_reading(int64_t ahead, int64_t age)
+ * taken `age` ns ago (before its RESUMED when over 50 us), or with `late`
+ * taken 50 us after RESUMED and found 600 us later. Returns the weight of
+ * the job's own sample (the thread's leaf frame; its exit settles the
+ * rest on its root frame). */
+static int64_t job_weight_with_reading(int64_t ahead, int64_t age, bool late)
 {
     rperf_config_t cfg = { .frequency = 1000, .clock = RPERF_CLOCK_CPU, .aggregate = true,
                            .ring_slots = 1024, .backend = &reading_backend };
@@ -725,6 +727,7 @@ static int64_t job_weight_with_reading(int64_t ahead, int64_t age)
     fake_tick_cpu = pt->cpu_mark + ahead;
     let_ns_pass(50000);
     fake_tick_mono = rperf__mono_ns() - age;
+    if (late) let_ns_pass(600000);
     rperf_sample_job(pt);
     RPERF_CHECK_EQ(fake_tick_cpu, -1);  /* offered to the job */
     rperf_ev_suspended(pt);
@@ -741,15 +744,19 @@ RPERF_TEST(cpu_mode_job_takes_a_fresh_reading_from_the_backend)
 {
     const int64_t ahead = 500000000;     /* 0.5 s: far past what the run burns */
     /* fresh (just taken): the job's weight is the reading's */
-    RPERF_CHECK(job_weight_with_reading(ahead, 0) >= ahead);
-    /* a whole interval old (the job ran long after the tick: after a long
-     * C call that kept the GVL): the job reads its own clock */
-    int64_t stale = job_weight_with_reading(ahead, 1000000);
+    RPERF_CHECK(job_weight_with_reading(ahead, 0, false) >= ahead);
+    /* taken while the thread held its GVL, found 600 us later (the job ran
+     * long after the tick: after a long C call that kept the GVL): taken,
+     * the sample ends at the tick */
+    RPERF_CHECK(job_weight_with_reading(ahead, 0, true) >= ahead);
+    /* a whole interval old, from before the thread's RESUMED (another
+     * thread's turn): the job reads its own clock */
+    int64_t stale = job_weight_with_reading(ahead, 1000000, false);
     RPERF_CHECK(stale > 0);
     RPERF_CHECK(stale < ahead);
     /* older than the reading taken at RESUMED: taking it would give a
      * negative weight (no sample at all); the job reads its own clock */
-    RPERF_CHECK(job_weight_with_reading(-1, 0) > 0);
+    RPERF_CHECK(job_weight_with_reading(-1, 0, false) > 0);
 }
 
 typedef struct gc_sums {
