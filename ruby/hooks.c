@@ -12,7 +12,9 @@
  * triggers the job on itself (rb_postponed_job_trigger, as from a signal
  * handler), so its Ractor is numbered without waiting for a tick. READY of
  * the thread that last suspended on the same native thread only stamps this
- * native thread's state (no enter/leave, see suspended_here); any other
+ * native thread's state (no enter/leave, see suspended_here; under M:N the
+ * thread's slot below gets the time too, as the native thread may run
+ * others before it resumes); any other
  * READY stores its time in the readied thread's thread-specific slot
  * (rperf_rb_ready_key), which the thread's RESUMED hands to the engine:
  * READY touches no engine state. (Wall mode splits blocked from waiting
