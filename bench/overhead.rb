@@ -61,6 +61,17 @@
 # ("hooks"): Ruby 3.3 takes a process-wide rwlock around each thread event
 # once any hook is installed, three per switch, a cost every profiler that
 # follows the GVL pays; "above hooks" is what rperf's hook code adds.
+# idleN gets a third table, by phase (OverheadBench.phase! splits its runs;
+# a profiled run takes Rperf.snapshot there, between two clock readings, so
+# its cost is in neither phase): "parked ns/sample", the CPU per sample of
+# the computation while the N threads are parked (P − U over the samples
+# taken then), and that ÷ fib's ns/sample of the same mode and frequency in
+# this run: issue 12's "CPU per sample within 1.1× of the same run without
+# them"; "µs/thread", the first phase's extra CPU (Rperf.start, then each
+# thread's one turn) per thread, over U and "above tick". The whole-run
+# ns/sample of the main table holds both phases, and the first one's ticks
+# mostly find the GVL free (the threads hand it on within microseconds):
+# there even the bare tick costs with no sample to show for it.
 #
 # Part 3, accuracy (wall mode, 1 kHz, every backend, --rounds runs each): the
 # issue-12 comparison of C calls that release the GVL with C calls that keep
@@ -299,6 +310,9 @@ module OverheadBench
 
   # 1,000 threads parked on a Queue: each wakes once per run (so the profiler
   # meets it), then the main thread computes `fib` as in "fib".
+  # The run has two phases, split by OverheadBench.phase!: meeting the
+  # threads (each one's turn, with the start of the run before it), then
+  # the computation while they are parked: the case issue 12 asks about.
   def self.idle_workload(count, scale)
     park = Thread::Queue.new
     parked = Thread::Queue.new
@@ -307,9 +321,32 @@ module OverheadBench
     lambda do
       count.times { park << 1 }
       count.times { parked.pop }
+      phase!
       n.times { Work.fib(30) }
       nil
     end
+  end
+
+  # Called by a workload between its two phases (idleN): notes the clocks
+  # and, in a profiled run, the samples so far (Rperf.snapshot; its own
+  # cost falls between the two readings, in neither phase).
+  def self.phase!
+    cpu = now_cpu
+    wall = now_wall
+    samples = Rperf.running? ? Rperf.snapshot[:sampling_count] : 0
+    @phase = { cpu: cpu, wall: wall, samples: samples, cpu2: now_cpu, wall2: now_wall }
+  end
+
+  # After a run: its phases (nil if the workload has none). before = from
+  # the window's start to the mark; after = from the mark (snapshot
+  # excluded) to the end of the workload, `samples` the samples taken then.
+  def self.phases(c0, c1, w0, w1, samples_total)
+    ph = @phase
+    @phase = nil
+    return nil unless ph
+
+    { before_cpu: ph[:cpu] - c0, before_wall: ph[:wall] - w0, after_cpu: c1 - ph[:cpu2],
+      after_wall: w1 - ph[:wall2], samples: samples_total && samples_total - ph[:samples] }
   end
 
   def self.workload(name, scale)
@@ -390,7 +427,9 @@ module OverheadBench
     c0 = now_cpu
     w0 = now_wall
     switches = work.call
-    { cpu: now_cpu - c0, wall: now_wall - w0, switches: switches }
+    c1 = now_cpu
+    w1 = now_wall
+    { cpu: c1 - c0, wall: w1 - w0, switches: switches, phases: phases(c0, c1, w0, w1, 0) }
   end
 
   # One profiled run: the window covers start + workload; stop is timed apart.
@@ -400,11 +439,11 @@ module OverheadBench
     w0 = now_wall
     Rperf.start(frequency: freq, backend: backend, mode: mode)
     switches = work.call
-    cpu = now_cpu - c0
-    wall = now_wall - w0
-    s0 = now_cpu
+    c1 = now_cpu
+    w1 = now_wall
     data = Rperf.stop
-    { cpu: cpu, wall: wall, stop_cpu: now_cpu - s0, switches: switches,
+    { cpu: c1 - c0, wall: w1 - w0, stop_cpu: now_cpu - c1, switches: switches,
+      phases: phases(c0, c1, w0, w1, data[:sampling_count]),
       samples: data[:sampling_count], triggers: data[:trigger_count],
       dropped: data[:dropped_samples] || 0, sampling_time: data[:sampling_time_ns],
       memory: data[:profiler_memory_bytes], threads: data[:detected_thread_count] }
@@ -422,11 +461,11 @@ module OverheadBench
     w0 = now_wall
     FloorTick.start(freq)
     switches = work.call
-    cpu = now_cpu - c0
-    wall = now_wall - w0
+    c1 = now_cpu
+    w1 = now_wall
     wakes = FloorTick.stop
-    { cpu: cpu, wall: wall, switches: switches, samples: 0, wakes: wakes, dropped: 0, memory: 0, threads: 1,
-      sampling_time: 0 }
+    { cpu: c1 - c0, wall: w1 - w0, switches: switches, samples: 0, wakes: wakes, dropped: 0, memory: 0, threads: 1,
+      sampling_time: 0, phases: phases(c0, c1, w0, w1, 0) }
   end
 
   # Interleaved rounds for one (workload, frequency, mode): each round runs,
@@ -450,11 +489,21 @@ module OverheadBench
       cpu = rounds_of.() { |u, p| p[:cpu].to_f / u[:cpu] - 1 }
       wall = rounds_of.() { |u, p| p[:wall].to_f / u[:wall] - 1 }
       switch = rounds_of.() { |u, p| p[:switches] ? (p[:cpu] - u[:cpu]).to_f / p[:switches] : nil }
+      # two-phase workloads (idleN): the computation's CPU per sample, and
+      # the first phase's extra CPU (start, each thread's turn) per thread
+      ph = list.all? { |u, p| u[:phases] && p[:phases] }
+      after_sample = rounds_of.() do |u, p|
+        n = p[:phases][:samples]
+        n&.positive? ? (p[:phases][:after_cpu] - u[:phases][:after_cpu]).to_f / n : nil
+      end if ph
+      before_thread = rounds_of.() { |u, p| (p[:phases][:before_cpu] - u[:phases][:before_cpu]).to_f } if ph
       {
         cpu: median(cpu),
         wall: median(wall),
         # per-round values, for differences taken within each round
-        rounds: { cpu: cpu, wall: wall, ns_per_switch: switch },
+        rounds: { cpu: cpu, wall: wall, ns_per_switch: switch, before_ns: before_thread },
+        after_ns_per_sample: ph ? median(after_sample) : nil,
+        before_ns: ph ? median(before_thread) : nil,
         ns_per_sample: per.() { |u, p| p[:samples].positive? ? (p[:cpu] - u[:cpu]).to_f / p[:samples] : nil },
         ns_per_switch: median(switch),
         job_ns: per.() { |_, p| p[:samples].positive? ? p[:sampling_time].to_f / p[:samples] : nil },
@@ -629,6 +678,7 @@ module OverheadBench
     head = %w[workload mode Hz] + o[:backends].flat_map { |b| ["#{b} wall", "CPU", "ns/sample", "xfloor", "ns/switch", "KiB/thr", "drop"] }
     rows = []
     floor_rows = []
+    results = {}
     puts table(head, [], false).lines.first
     o[:workloads].each do |name|
       work = workload(name, o[:scale].fetch(name, o[:scale][nil]))
@@ -642,6 +692,7 @@ module OverheadBench
             [pct(r[:wall]), pct(r[:cpu]), num(r[:ns_per_sample]), ratio(r[:ns_per_sample], floor),
              num(r[:ns_per_switch]), format("%.1f", r[:kib_per_thread]), num(r[:dropped])]
           end
+          results[[name, mode, freq]] = res
           rows << row
           puts table(head, rows, false).lines.last
           floor_rows << floor_row(name, mode, freq, o[:backends], res) if tick
@@ -649,6 +700,43 @@ module OverheadBench
       end
     end
     report_floor_rows(o, floor_rows)
+    report_parked(o, results)
+    return unless o[:markdown]
+
+    puts
+    puts table(head, rows, true)
+  end
+
+  # idleN in its two phases: the computation while N threads are parked
+  # (its CPU per sample, and that ÷ fib's whole-run figure for the same
+  # mode and frequency in this run), and the first phase (the start, then
+  # each thread's one turn) as extra CPU per thread, over the unprofiled
+  # run and over the bare tick. The whole-run figure of the table above
+  # holds both, and the first phase's ticks find the GVL free most of the
+  # time (the threads hand it on in microseconds): even the bare tick costs
+  # there with no sample to show for it.
+  def self.report_parked(o, results)
+    rows = results.filter_map do |(name, mode, freq), res|
+      m = /\Aidle(\d+)\z/.match(name) or next
+      count = Integer(m[1])
+      fib = results[["fib", mode, freq]]
+      [name, mode.to_s, freq.to_s] + o[:backends].flat_map do |b|
+        r = res[b]
+        f = fib && fib[b][:ns_per_sample]
+        above = excess(res, b, :tick, :before_ns)
+        [num(r[:after_ns_per_sample]), f ? ratio(r[:after_ns_per_sample], f) : "-",
+         r[:before_ns] ? format("%.1f", r[:before_ns] / 1e3 / count) : "-",
+         above ? format("%.1f", above / 1e3 / count) : "-"]
+      end
+    end
+    return if rows.empty?
+
+    puts
+    puts "Parked threads (idleN) by phase: ns/sample while they are parked and fib computes (÷ fib's " \
+         "ns/sample, same mode and Hz, this run); per-thread cost of the first phase (start, then each " \
+         "thread's one turn): extra CPU µs per thread over the unprofiled run, and over the bare tick"
+    head = %w[workload mode Hz] + o[:backends].flat_map { |b| ["#{b} parked ns/sample", "÷ fib", "µs/thread", "above tick"] }
+    puts table(head, rows, false)
     return unless o[:markdown]
 
     puts
