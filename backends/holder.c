@@ -212,7 +212,9 @@ static void mark_holder(int64_t since, bool keep_since)
     int holds = rperf_thread_ractor(pt) == 1 ? HOLDS_MAIN : HOLDS_OTHER;
     if (!keep_since) atomic_store_explicit(&table[i].since, since, memory_order_relaxed);
     set_holds(i, holds);
-    rperf_timer_thread_wake();   /* a parked tick thread has a holder again */
+    /* a parked tick thread has a holder again; at RESUMED the wake-up's
+     * time is the thread's wait, not its next sample's */
+    if (rperf_timer_thread_wake() && since > 0) rperf_resume_was_slow();
 }
 
 static void holder_resumed(void) { mark_holder(rperf_resumed_mono(), false); }

@@ -132,7 +132,9 @@ static void ns_thread_resumed(void)
     if (!atomic_load_explicit(&running, memory_order_relaxed)) return;
     slot_t *s = my_slot();
     if (s) atomic_store_explicit(&s->state, holder_state(), memory_order_release);
-    rperf_timer_thread_wake();   /* a parked tick thread has a holder again */
+    /* a parked tick thread has a holder again (the wake-up's time: see
+     * rperf_resume_was_slow) */
+    if (rperf_timer_thread_wake()) rperf_resume_was_slow();
 }
 
 /* Send the tick signal to every holder whose state is `want` (with

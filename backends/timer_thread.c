@@ -171,11 +171,13 @@ static int64_t restart_phase(int64_t now)
     return now + 1 + (int64_t)(rng % (uint64_t)period);
 }
 
-void rperf_timer_thread_wake(void)
+bool rperf_timer_thread_wake(void)
 {
     light_barrier();
-    if (atomic_load_explicit(&parked, memory_order_relaxed) == 0) return;
-    if (atomic_exchange(&parked, 0) == 1) futex(&parked, FUTEX_WAKE_PRIVATE, 1, NULL);
+    if (atomic_load_explicit(&parked, memory_order_relaxed) == 0) return false;
+    if (atomic_exchange(&parked, 0) != 1) return false;
+    futex(&parked, FUTEX_WAKE_PRIVATE, 1, NULL);
+    return true;
 }
 
 /* The first version of the kernel's struct sched_attr (SCHED_ATTR_SIZE_VER0,

@@ -30,8 +30,9 @@ int rperf_timer_thread_start(const rperf_backend_config_t *cfg, rperf_deliver_fn
                              rperf_idle_fn idle, char *err, size_t errlen);
 /* Any context, async-signal-safe: a thread has just taken a GVL (after the
  * backend recorded it where idle() reads). Unparks the tick thread if it is
- * parked; otherwise a fence and one load. */
-void rperf_timer_thread_wake(void);
+ * parked; otherwise a fence and one load. True when it made the futex
+ * wake-up (the slow case: tens of microseconds on a VM). */
+bool rperf_timer_thread_wake(void);
 /* GVL held: stop and join the thread (no deliver call after this returns),
  * then restore the tick signal's action. */
 void rperf_timer_thread_stop(void);

@@ -82,6 +82,7 @@ typedef struct rperf_nt {
     _Atomic int64_t ready_mono;
     _Atomic uint64_t ready_switches;
     int32_t tid;
+    bool resume_slow;        /* set by the backend during this RESUMED */
     uint32_t stripe;         /* 1 + its quiescence stripe (engine.c); 0: none yet */
     /* the largest value of this native thread's CPU clock the engine has
      * used (its own readings and a backend's, cpu mode): a reading smaller

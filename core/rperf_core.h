@@ -211,6 +211,13 @@ int32_t rperf_native_tid(void);
 /* own, inside a backend's thread_resumed: the CLOCK_MONOTONIC time the
  * engine took for this RESUMED (one clock read per event, not two). */
 int64_t rperf_resumed_mono(void);
+/* own, inside a backend's thread_resumed: it did something slow (woke its
+ * parked timer thread: a futex wake, tens of microseconds on a VM). The
+ * engine times the thread's resumption again after the backend returns, so
+ * that time counts as the thread's wait for its turn (wall mode: the
+ * [GVL wait] of the call that released the GVL, which the caller sees
+ * last) instead of going to the thread's next sample. */
+void rperf_resume_was_slow(void);
 
 /* own, GVL held: the thread's identity, set by the host from the thread
  * itself. set_ractor tells the backend (thread_identified). wants_name is

@@ -176,6 +176,8 @@ static int64_t ruby_cpu_now(rperf_thread_t *pt, int64_t native)
  * this RESUMED (set by rperf_ev_resumed just before it calls the backend). */
 int64_t rperf_resumed_mono(void) { return nt_tls.resumed_mono; }
 
+void rperf_resume_was_slow(void) { nt_tls.resume_slow = true; }
+
 /* Any context (gettid is async-signal-safe): the calling native thread's
  * kernel thread id, read once per native thread. */
 int32_t rperf_native_tid(void)
@@ -681,12 +683,30 @@ void rperf__settle_blocked(int64_t now)
     }
 }
 
+/* The backend hears first: what it does here is part of the thread's way
+ * back to its Ruby code, so a slow step (a parked timer thread woken,
+ * rperf_resume_was_slow) is timed into the wait that ends at RESUMED, the
+ * one clock read taken again only then. (Timed before it, the step, ~25 us
+ * per wake-up on this VM, went to the thread's next sample, outside the
+ * call that released the GVL: sleep(20 ms) after each idle gap lost ~35 us
+ * a call, docs/performance.md "Session 19".) The backend may mark the
+ * thread a holder before the accounting below: a tick it delivers now
+ * takes effect in a job, which runs after this hook. */
 void rperf_ev_resumed(rperf_thread_t *pt)
 {
     rperf_nt_t *nt = &nt_tls;
     nt->switches++;
     int64_t mono = rperf__mono_ns();
     nt->resumed_mono = mono;
+    set_current(pt);
+    if (backend() && backend()->thread_resumed) {
+        nt->resume_slow = false;
+        backend()->thread_resumed();
+        if (nt->resume_slow) {
+            mono = rperf__mono_ns();
+            nt->resumed_mono = mono;
+        }
+    }
     if (pt->fresh) {
         /* First run of a thread created during the run: the wait for its
          * first turn has no Ruby frame to charge (its block has not started)
@@ -704,8 +724,6 @@ void rperf_ev_resumed(rperf_thread_t *pt)
     pt->susp_wall = 0;
     pt->settled_wall = 0;
     pt->susp_nt = NULL;
-    set_current(pt);
-    if (backend() && backend()->thread_resumed) backend()->thread_resumed();
 }
 
 /* cpu mode, at SUSPENDED (own): close the on-GVL interval with a clock

@@ -906,6 +906,48 @@ RPERF_TEST(a_late_job_ends_its_sample_at_the_tick)
     (void)exit_stop_and_sum(pt);
 }
 
+/* A backend whose thread_resumed did something slow (woke its parked timer
+ * thread: a futex wake-up, tens of microseconds on a VM) and said so: that
+ * time is part of the thread's way back to its Ruby code, so it is the
+ * releasing call's [GVL wait], not the thread's next sample (which lands
+ * after the call has returned). Busy time in the fake op stands for the
+ * wake-up. */
+static int64_t slow_resume_ns;
+static void slow_resumed(void)
+{
+    if (slow_resume_ns <= 0) return;
+    let_ns_pass(slow_resume_ns);
+    rperf_resume_was_slow();
+}
+static const rperf_backend_ops_t slow_backend = {
+    .version = RPERF_BACKEND_ABI_VERSION, .name = "slow", .description = "test",
+    .start = fb_start, .stop = fb_stop, .thread_resumed = slow_resumed, .ticks_on_holder = true,
+};
+
+RPERF_TEST(a_slow_resume_is_the_wait_of_the_call_that_released_the_gvl)
+{
+    rperf_config_t cfg = { .frequency = 1000, .clock = RPERF_CLOCK_WALL, .aggregate = true,
+                           .ring_slots = 1024, .backend = &slow_backend };
+    rperf_thread_t *caller = NULL;
+    char err[128];
+    RPERF_CHECK_EQ(rperf_engine_start(&cfg, &caller, err, sizeof(err)), 0);
+    depth = 3;
+    rperf_thread_t *pt = rperf_thread_new(RPERF_THREAD_CREATED);
+    slow_resume_ns = 0;
+    rperf_ev_resumed(pt);
+    rperf_ev_suspended(pt);
+    let_ns_pass(2000000);                /* a block of two intervals ... */
+    rperf_ev_ready_here();               /* ... ready on its own native thread */
+    slow_resume_ns = 3000000;
+    int before = captures;
+    rperf_ev_resumed(pt);                /* the backend takes 3 ms */
+    slow_resume_ns = 0;
+    RPERF_CHECK_EQ(captures - before, 1);   /* recorded at RESUMED, on its stack */
+    gvl_sums_t g = exit_stop_and_sum(pt);
+    RPERF_CHECK(g.blocked >= 2000000);
+    RPERF_CHECK(g.wait >= 3000000);
+}
+
 int main(void)
 {
     rperf_engine_init(&host);
@@ -929,5 +971,6 @@ int main(void)
                      RPERF_CASE(cpu_mode_job_takes_a_fresh_reading_from_the_backend),
                      RPERF_CASE(short_gc_steps_capture_nothing_and_stay_off_the_next_sample),
                      RPERF_CASE(gc_steps_are_recorded_once_their_sum_passes_an_interval),
-                     RPERF_CASE(a_late_job_ends_its_sample_at_the_tick));
+                     RPERF_CASE(a_late_job_ends_its_sample_at_the_tick),
+                     RPERF_CASE(a_slow_resume_is_the_wait_of_the_call_that_released_the_gvl));
 }
