@@ -187,8 +187,9 @@ void rperf_ev_ready_at(rperf_thread_t *pt, int64_t mono_ns);
 int64_t rperf_mono_ns(void);
 /* own native thread, no enter/leave needed (it touches only this native
  * thread's state): READY of the Ruby thread that last SUSPENDED here, which
- * the host knows by its own identity check (a blocking region's end). */
-void rperf_ev_ready_here(void);
+ * the host knows by its own identity check (a blocking region's end).
+ * Returns the time it stamped (rperf_mono_ns's clock). */
+int64_t rperf_ev_ready_here(void);
 void rperf_ev_exited(rperf_thread_t *pt);    /* own, after SUSPENDED */
 void rperf_ev_gc(int phase_event);           /* own, inside GC */
 enum { RPERF_GC_START, RPERF_GC_END_MARK, RPERF_GC_END_SWEEP,

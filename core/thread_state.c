@@ -410,11 +410,13 @@ void rperf_ev_ready_at(rperf_thread_t *pt, int64_t mono_ns)
 
 int64_t rperf_mono_ns(void) { return rperf__mono_ns(); }
 
-void rperf_ev_ready_here(void)
+int64_t rperf_ev_ready_here(void)
 {
     rperf_nt_t *nt = &nt_tls;
-    atomic_store_explicit(&nt->ready_mono, rperf__mono_ns(), memory_order_relaxed);
+    int64_t now = rperf__mono_ns();
+    atomic_store_explicit(&nt->ready_mono, now, memory_order_relaxed);
     atomic_store_explicit(&nt->ready_switches, nt->switches, memory_order_relaxed);
+    return now;
 }
 
 /* own, at RESUMED: when pt became ready since its SUSPENDED, 0 if unknown.

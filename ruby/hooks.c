@@ -70,13 +70,12 @@ static void thread_hook(rb_event_flag_t ev, const rb_internal_thread_event_data_
     VALUE th = data->thread;
     if (ev & RUBY_INTERNAL_THREAD_EVENT_READY) {
         if (th == suspended_here) {
-            rperf_ev_ready_here();
+            int64_t now = rperf_ev_ready_here();
             /* Under M:N this native thread may run other Ruby threads
              * before th resumes (a time-slice yield between two spinners
              * sharing it): their events overwrite its stamp, and th's wait
-             * would count as blocked. Keep the time on th too. */
-            if (mn_main) rb_internal_thread_specific_set(th, rperf_rb_ready_key,
-                                                         (void *)(intptr_t)rperf_mono_ns());
+             * would count as blocked. Keep the same time on th too. */
+            if (mn_main) rb_internal_thread_specific_set(th, rperf_rb_ready_key, (void *)(intptr_t)now);
         } else {
             /* a waker readies th (Queue, Mutex, join...), inside Ruby's
              * scheduler lock: the time goes on th itself (its
