@@ -239,6 +239,7 @@ static void *tick_main(void *arg)
         }
         if (!atomic_load(&running)) break;
         deliver_fn(now);
+        rperf_engine_ticker_poke();
         rperf_tick_signal_bootstrap_resend();
         int64_t missed = (now - deadline) / period;
         if (missed > 0) rperf_engine_count_overruns((uint64_t)missed);
@@ -284,12 +285,14 @@ int rperf_timer_thread_start(const rperf_backend_config_t *cfg, rperf_deliver_fn
     }
     sem_destroy(&up);   /* glibc: safe once sem_wait returned */
     started = 1;
+    rperf_engine_ticker_on(true);
     if (cfg->bootstrap) rperf_tick_signal_bootstrap(cfg->bootstrap_skip, cfg->bootstrap_nskip);
     return 0;
 }
 
 void rperf_timer_thread_stop(void)
 {
+    rperf_engine_ticker_on(false);   /* a wake asked meanwhile is made here */
     atomic_store(&running, 0);
     rperf_timer_thread_wake();
     if (started) pthread_join(thr, NULL);

@@ -278,7 +278,12 @@ int rperf__worker_start(void);
 void rperf__worker_stop(void);          /* final drain + join */
 void rperf__worker_pause(void);
 void rperf__worker_resume(void);
-void rperf__worker_wake_for(rperf_thread_t *pt); /* own: pt's ring passed high water */
+/* own: pt's ring passed high water. now: wake the worker from here even if
+ * a ticker is on (rperf_engine_ticker_on) or pt was queued already. */
+void rperf__worker_wake_for(rperf_thread_t *pt, bool now);
+/* any context: wake-ups of the worker asked so far (producers and ticker;
+ * for tests) */
+uint64_t rperf__worker_wakes_asked(void);
 /* Both return the records drained plus the threads retired (0: nothing
  * happened since the last look). */
 size_t rperf__worker_drain_all(void);     /* worker, or with worker parked */

@@ -174,7 +174,7 @@ bool rperf__ring_push(rperf_thread_t *pt, rperf_sample_type_t type, int64_t weig
      * once, instead of waking the worker every few samples. */
     bool first = seg->slots < initial;
     if (used + need > (first ? cap / 2 : cap)) {
-        if (!first) rperf__worker_wake_for(pt);
+        if (!first) rperf__worker_wake_for(pt, true);
         seg = ring_grow(pt, need);
         if (!seg) {
             atomic_fetch_add_explicit(&pt->dropped, 1, memory_order_relaxed);
@@ -193,7 +193,7 @@ bool rperf__ring_push(rperf_thread_t *pt, rperf_sample_type_t type, int64_t weig
     ck_ring_enqueue_spsc(&seg->ring, seg->buf, (void *)TAG(mono_ns));
     for (int i = 0; i < depth; i++)
         ck_ring_enqueue_spsc(&seg->ring, seg->buf, (void *)frames[i]);
-    if (used + need > cap / 2) rperf__worker_wake_for(pt);
+    if (used + need > cap / 2) rperf__worker_wake_for(pt, used + need > cap / 4 * 3);
     return true;
 }
 

@@ -248,6 +248,15 @@ void rperf_engine_tick_sigsafe(void);
 bool rperf_engine_register_sigsafe(void);
 /* no GVL: the backend could not deliver `n` ticks in time. */
 void rperf_engine_count_overruns(uint64_t n);
+/* A backend thread that wakes at every tick (timer_thread.c) offers to wake
+ * the aggregation worker for the producers: between ticker_on(true) and
+ * ticker_on(false) a ring passing half full only asks (an atomic store),
+ * and the ticker's rperf_engine_ticker_poke, called after each tick, makes
+ * the wake-up, a futex call off the application's thread. A ring passing
+ * three quarters full still wakes the worker itself. No GVL, no Ruby API;
+ * poke is a relaxed load when nothing was asked. */
+void rperf_engine_ticker_on(bool on);
+void rperf_engine_ticker_poke(void);
 /* any context: threads announced by STARTED during the run that have not
  * had their first turn (RESUMED) yet nor exited. While one exists, Ruby
  * 3.3's main-Ractor running_ec may name it instead of the GVL holder. */

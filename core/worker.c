@@ -5,7 +5,8 @@
  *
  * Wake-ups cost ~25 us of CPU here, so it sleeps up to RPERF_WORKER_PERIOD_MS
  * and is woken sooner only when a ring passes half full (rperf__worker_wake_for,
- * called by producers). Such a wake drains only the rings that asked (the
+ * called by producers; while a backend's timer thread runs, that thread makes
+ * the wake-up at its next tick, and a producer only at three quarters full). Such a wake drains only the rings that asked (the
  * urgent list); every thread is visited (drained, exited ones unlinked) once
  * per period. A busy thread at 10 kHz wakes the worker ~150 times a second,
  * and visiting 1,000 parked threads each time cost more than the samples.
@@ -18,8 +19,9 @@
  * Contexts: worker_main, rperf__worker_drain_all and rperf__worker_drain_urgent
  * run on the worker thread (or wherever the parked worker's drains are run);
  * start/stop/pause/resume on a GVL thread; rperf__worker_wake_for in own
- * context (never in a signal handler); the fork functions in pthread_atfork
- * handlers.
+ * context (never in a signal handler); rperf_engine_ticker_on/poke on a
+ * backend's timer thread or a GVL thread (no Ruby API); the fork functions
+ * in pthread_atfork handlers.
  */
 #include "core_internal.h"
 
@@ -36,6 +38,10 @@ static pthread_cond_t cv_ack;      /* pause acknowledgements */
 static int started;
 static int stop_req, pause_req, paused;   /* guarded by mu */
 static _Atomic int wake_flag;
+/* A ticker (a backend thread that wakes at every tick) wakes the worker for
+ * the producers: `poke_asked` is set by a producer, taken by the ticker. */
+static _Atomic bool ticker;
+static _Atomic bool poke_asked;
 /* Threads whose ring passed high water since the worker last looked: a
  * stack pushed by producers (CAS), taken whole by the worker (exchange), so
  * there is no ABA. A thread is on it at most once (its `urgent` flag), and
@@ -162,6 +168,7 @@ int rperf__worker_start(void)
     pthread_cond_init(&cv_ack, NULL);
     stop_req = pause_req = paused = 0;
     atomic_store(&wake_flag, 0);
+    atomic_store(&poke_asked, false);
     atomic_store(&urgent_head, NULL);
     if (pthread_create(&thr, NULL, worker_main, NULL) != 0) return -1;
     /* Named for top -H, ps -L and gdb, so the profiler's own CPU shows apart
@@ -206,25 +213,61 @@ void rperf__worker_resume(void)
     pthread_mutex_unlock(&mu);
 }
 
-/* own context (never a signal handler): the worker checks wake_flag under mu
- * before it waits, and the signal is sent under mu, so no wake-up is lost.
- * A thread already on the urgent list wakes nobody: the worker has not
- * drained it yet. Without a worker nothing is queued (the list belongs to a
- * running worker, whose final drain at stop empties it). */
-void rperf__worker_wake_for(rperf_thread_t *pt)
+/* The worker checks wake_flag under mu before it waits, and the signal is
+ * sent under mu, so no wake-up is lost. */
+static _Atomic uint64_t wakes_asked;
+
+uint64_t rperf__worker_wakes_asked(void) { return atomic_load(&wakes_asked); }
+
+static void wake_worker(void)
 {
-    if (!started) return;
-    if (atomic_exchange(&pt->urgent, 1)) return;
-    rperf_thread_t *head = atomic_load_explicit(&urgent_head, memory_order_relaxed);
-    do {
-        pt->urgent_next = head;
-    } while (!atomic_compare_exchange_weak_explicit(&urgent_head, &head, pt, memory_order_release,
-                                                    memory_order_relaxed));
+    atomic_fetch_add_explicit(&wakes_asked, 1, memory_order_relaxed);
     if (!atomic_exchange(&wake_flag, 1)) {
         pthread_mutex_lock(&mu);
         pthread_cond_signal(&cv);
         pthread_mutex_unlock(&mu);
     }
+}
+
+void rperf_engine_ticker_on(bool on)
+{
+    atomic_store(&ticker, on);
+    if (!on && atomic_exchange(&poke_asked, false) && started) wake_worker();
+}
+
+void rperf_engine_ticker_poke(void)
+{
+    if (!atomic_load_explicit(&poke_asked, memory_order_relaxed)) return;
+    if (atomic_exchange(&poke_asked, false) && started) wake_worker();
+}
+
+/* own context (never a signal handler). A thread already on the urgent list
+ * wakes nobody (the worker has not drained it yet) unless `now`. While a
+ * ticker runs, a wake that is not `now` is left to it: the worker is woken
+ * within a tick (at 1 kHz, a ring that reached half full has room for
+ * another 13 or more samples of 155 frames), and the producer makes no
+ * system call (the futex wake-up cost ~0.8 us per sample of a 155-frame
+ * stack at 10 kHz, one wake-up every 13 samples; docs/performance.md,
+ * "Session 19"). Without a worker nothing is queued (the list belongs to
+ * a running worker, whose final drain at stop empties it). */
+void rperf__worker_wake_for(rperf_thread_t *pt, bool now)
+{
+    if (!started) return;
+    if (!atomic_exchange(&pt->urgent, 1)) {
+        rperf_thread_t *head = atomic_load_explicit(&urgent_head, memory_order_relaxed);
+        do {
+            pt->urgent_next = head;
+        } while (!atomic_compare_exchange_weak_explicit(&urgent_head, &head, pt,
+                                                        memory_order_release,
+                                                        memory_order_relaxed));
+    } else if (!now) {
+        return;
+    }
+    if (!now && atomic_load_explicit(&ticker, memory_order_relaxed)) {
+        atomic_store_explicit(&poke_asked, true, memory_order_release);
+        return;
+    }
+    wake_worker();
 }
 
 /* pthread_atfork: park the worker at its pause point (rings drained, no
@@ -261,4 +304,6 @@ void rperf__worker_fork_child(void)
     started = 0;
     stop_req = pause_req = paused = 0;
     atomic_store(&urgent_head, NULL);   /* the run's threads are reset too */
+    atomic_store(&ticker, false);       /* no timer thread in the child */
+    atomic_store(&poke_asked, false);
 }

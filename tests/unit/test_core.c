@@ -433,6 +433,50 @@ RPERF_TEST(a_wake_drains_only_the_rings_that_asked)
     rperf__frames_destroy();
 }
 
+/* While a ticker runs (a backend's timer thread), a ring passing half full
+ * queues its thread but leaves the worker's wake-up to the ticker's next
+ * poke, so the application thread makes no system call for it; at three
+ * quarters full the producer wakes the worker itself. Without a ticker the
+ * producer wakes it at half full, as before. */
+RPERF_TEST(a_ticker_wakes_the_worker_for_the_producers)
+{
+    setup();
+    RPERF_CHECK_EQ(rperf__agg_init(true), 0);
+    rperf_thread_t *pt = make_thread(1024);
+    atomic_store(&rperf__threads, pt);
+    RPERF_CHECK_EQ(rperf__worker_start(), 0);
+    rperf__worker_pause();               /* parked: the rings stay as pushed */
+    rperf_frame_t frames[20];
+    for (int i = 0; i < 20; i++) frames[i] = fake_frame(i);
+    rperf_engine_ticker_on(true);
+    uint64_t w0 = rperf__worker_wakes_asked();
+    while (!atomic_load(&pt->urgent))
+        RPERF_CHECK(rperf__ring_push(pt, RPERF_SAMPLE_NORMAL, 1, 1, frames, 20));
+    RPERF_CHECK_EQ(rperf__worker_wakes_asked(), w0);  /* half full: queued, no wake-up */
+    rperf_engine_ticker_poke();
+    RPERF_CHECK_EQ(rperf__worker_wakes_asked(), w0 + 1);  /* the ticker made it */
+    rperf_engine_ticker_poke();
+    RPERF_CHECK_EQ(rperf__worker_wakes_asked(), w0 + 1);  /* once */
+    while (ck_ring_size(&pt->prod->ring) + 23 <= (pt->prod->slots - 1) / 4 * 3)
+        RPERF_CHECK(rperf__ring_push(pt, RPERF_SAMPLE_NORMAL, 1, 1, frames, 20));
+    RPERF_CHECK_EQ(rperf__worker_wakes_asked(), w0 + 1);
+    RPERF_CHECK(rperf__ring_push(pt, RPERF_SAMPLE_NORMAL, 1, 1, frames, 20));
+    RPERF_CHECK_EQ(rperf__worker_wakes_asked(), w0 + 2);  /* three quarters: the producer */
+    rperf__worker_drain_urgent();
+    rperf_engine_ticker_on(false);
+    uint64_t w1 = rperf__worker_wakes_asked();
+    while (!atomic_load(&pt->urgent))
+        RPERF_CHECK(rperf__ring_push(pt, RPERF_SAMPLE_NORMAL, 1, 1, frames, 20));
+    RPERF_CHECK_EQ(rperf__worker_wakes_asked(), w1 + 1);  /* no ticker: at half full */
+    rperf__worker_resume();
+    rperf__worker_stop();
+    ck_epoch_barrier(&rperf__epoch_worker);
+    atomic_store(&rperf__threads, NULL);
+    rperf__thread_destroy(pt);
+    rperf__agg_destroy();
+    rperf__frames_destroy();
+}
+
 int main(void)
 {
     return RPERF_RUN(RPERF_CASE(ring_wraps_and_preserves_samples),
@@ -446,5 +490,6 @@ int main(void)
                      RPERF_CASE(freed_ring_blocks_are_reused_and_released),
                      RPERF_CASE(ring_memory_comes_with_the_first_sample),
                      RPERF_CASE(a_wake_drains_only_the_rings_that_asked),
+                     RPERF_CASE(a_ticker_wakes_the_worker_for_the_producers),
                      RPERF_CASE(minor_marking_skips_old_frames_and_clear_unpins_all));
 }
