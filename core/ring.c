@@ -150,6 +150,28 @@ static rperf_ring_seg_t *ring_shrink(rperf_thread_t *pt)
     return seg;
 }
 
+/* own: the sample's 3 + depth words into `seg`, which has room for them
+ * (checked by the caller), published at once: the words are stored as
+ * ck_ring_enqueue_spsc stores one (its slot, then a store fence, then the
+ * producer tail), but the tail moves once per sample instead of once per
+ * word. A 155-frame stack took 158 enqueues, each reloading the consumer
+ * head (a line the worker writes while it drains) and storing the tail
+ * (one it reads): ~0.5 us of the job's ~1.5 us. The consumer (ck_ring
+ * dequeue, ring_drain) and the marker (rperf__ring_mark) read the slots
+ * below the tail only, so they see whole samples. */
+static void put_words(rperf_ring_seg_t *seg, const uintptr_t hdr[3], const rperf_frame_t *frames,
+                      unsigned depth)
+{
+    ck_ring_t *r = &seg->ring;
+    const unsigned mask = r->mask;
+    unsigned p = r->p_tail;                  /* the producer's own */
+    for (int i = 0; i < 3; i++) ck_pr_store_ptr(&seg->buf[p++ & mask].value, (void *)hdr[i]);
+    for (unsigned i = 0; i < depth; i++)
+        ck_pr_store_ptr(&seg->buf[p++ & mask].value, (void *)frames[i]);
+    ck_pr_fence_store();
+    ck_pr_store_uint(&r->p_tail, p);
+}
+
 /* own */
 bool rperf__ring_push(rperf_thread_t *pt, rperf_sample_type_t type, int64_t weight,
                       int64_t mono_ns, const rperf_frame_t *frames, int depth)
@@ -186,13 +208,8 @@ bool rperf__ring_push(rperf_thread_t *pt, rperf_sample_type_t type, int64_t weig
     uint32_t label = atomic_load_explicit(&pt->label_set_id, memory_order_relaxed);
     uintptr_t w0 = ((uintptr_t)label << 32) | ((uintptr_t)depth << 16) |
                    ((uintptr_t)type << 4) | 1u;
-    /* Each enqueue publishes its slot with a store fence; the consumer only
-     * takes a sample once all of its words are visible (ring_drain). */
-    ck_ring_enqueue_spsc(&seg->ring, seg->buf, (void *)w0);
-    ck_ring_enqueue_spsc(&seg->ring, seg->buf, (void *)TAG(weight));
-    ck_ring_enqueue_spsc(&seg->ring, seg->buf, (void *)TAG(mono_ns));
-    for (int i = 0; i < depth; i++)
-        ck_ring_enqueue_spsc(&seg->ring, seg->buf, (void *)frames[i]);
+    const uintptr_t hdr[3] = { w0, TAG(weight), TAG(mono_ns) };
+    put_words(seg, hdr, frames, (unsigned)depth);
     if (used + need > cap / 2) rperf__worker_wake_for(pt, used + need > cap / 4 * 3);
     return true;
 }
