@@ -21,7 +21,9 @@
  * those come from this thread) the thread waits on a
  * futex instead of a deadline; the backend's next GVL acquisition calls
  * rperf_timer_thread_wake, which releases it (one futex system call, only
- * when the thread is parked), and ticking restarts one period after that.
+ * when the thread is parked: ~25 us on a VM, which the backend reports with
+ * rperf_resume_was_slow so that it counts as the waker's GVL wait), and
+ * ticking restarts at a random phase of the period (restart_phase).
  * No sample is lost: a tick with no holder delivers nothing, and blocked
  * time is recorded when a thread resumes. Missed-wake safety (Dekker): the
  * parker stores `parked`, fences, then asks idle(); the waker records its
@@ -32,11 +34,16 @@
  *
  * It also owns the tick signal for these backends (install at start, the
  * start-up bootstrap, restore at stop and in a fork child): their holders
- * of other Ractors get ticks as that signal.
+ * of other Ractors get ticks as that signal. And it is the engine's ticker
+ * (rperf_engine_ticker_on while it runs): after each tick it makes the
+ * aggregation worker's wake-up that a producer asked for
+ * (rperf_engine_ticker_poke), so that futex call is not made on the
+ * application's thread inside its sampling job.
  *
  * Contexts: tick_main runs on the tick thread (no Ruby API: the deliver
- * function may only tick the engine and send signals); start/stop with the
- * GVL held; after_fork inside fork() in the child.
+ * function may only tick the engine and send signals; the poke locks the
+ * worker's mutex, which no holder keeps while waiting for this thread);
+ * start/stop with the GVL held; after_fork inside fork() in the child.
  */
 #include "timer_thread.h"
 
