@@ -213,8 +213,9 @@ static void mark_holder(int64_t since, bool keep_since)
     if (!keep_since) atomic_store_explicit(&table[i].since, since, memory_order_relaxed);
     set_holds(i, holds);
     /* a parked tick thread has a holder again; at RESUMED the wake-up's
-     * time is the thread's wait, not its next sample's */
-    if (rperf_timer_thread_wake() && since > 0) rperf_resume_was_slow();
+     * time is the thread's wait, not its next sample's (elsewhere the
+     * engine ignores the flag: it is reset before each RESUMED's call) */
+    if (rperf_timer_thread_wake()) rperf_resume_was_slow();
 }
 
 static void holder_resumed(void) { mark_holder(rperf_resumed_mono(), false); }

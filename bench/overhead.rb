@@ -332,21 +332,19 @@ module OverheadBench
   # cost falls between the two readings, in neither phase).
   def self.phase!
     cpu = now_cpu
-    wall = now_wall
     samples = Rperf.running? ? Rperf.snapshot[:sampling_count] : 0
-    @phase = { cpu: cpu, wall: wall, samples: samples, cpu2: now_cpu, wall2: now_wall }
+    @phase = { cpu: cpu, samples: samples, cpu2: now_cpu }
   end
 
-  # After a run: its phases (nil if the workload has none). before = from
-  # the window's start to the mark; after = from the mark (snapshot
+  # After a run: its phases' CPU (nil if the workload has none). before =
+  # from the window's start to the mark; after = from the mark (snapshot
   # excluded) to the end of the workload, `samples` the samples taken then.
-  def self.phases(c0, c1, w0, w1, samples_total)
+  def self.phases(c0, c1, samples_total)
     ph = @phase
     @phase = nil
     return nil unless ph
 
-    { before_cpu: ph[:cpu] - c0, before_wall: ph[:wall] - w0, after_cpu: c1 - ph[:cpu2],
-      after_wall: w1 - ph[:wall2], samples: samples_total && samples_total - ph[:samples] }
+    { before_cpu: ph[:cpu] - c0, after_cpu: c1 - ph[:cpu2], samples: samples_total && samples_total - ph[:samples] }
   end
 
   def self.workload(name, scale)
@@ -429,7 +427,7 @@ module OverheadBench
     switches = work.call
     c1 = now_cpu
     w1 = now_wall
-    { cpu: c1 - c0, wall: w1 - w0, switches: switches, phases: phases(c0, c1, w0, w1, 0) }
+    { cpu: c1 - c0, wall: w1 - w0, switches: switches, phases: phases(c0, c1, 0) }
   end
 
   # One profiled run: the window covers start + workload; stop is timed apart.
@@ -443,7 +441,7 @@ module OverheadBench
     w1 = now_wall
     data = Rperf.stop
     { cpu: c1 - c0, wall: w1 - w0, stop_cpu: now_cpu - c1, switches: switches,
-      phases: phases(c0, c1, w0, w1, data[:sampling_count]),
+      phases: phases(c0, c1, data[:sampling_count]),
       samples: data[:sampling_count], triggers: data[:trigger_count],
       dropped: data[:dropped_samples] || 0, sampling_time: data[:sampling_time_ns],
       memory: data[:profiler_memory_bytes], threads: data[:detected_thread_count] }
@@ -465,7 +463,7 @@ module OverheadBench
     w1 = now_wall
     wakes = FloorTick.stop
     { cpu: c1 - c0, wall: w1 - w0, switches: switches, samples: 0, wakes: wakes, dropped: 0, memory: 0, threads: 1,
-      sampling_time: 0, phases: phases(c0, c1, w0, w1, 0) }
+      sampling_time: 0, phases: phases(c0, c1, 0) }
   end
 
   # Interleaved rounds for one (workload, frequency, mode): each round runs,

@@ -5,9 +5,9 @@
  *
  * Wake-ups cost ~25 us of CPU here, so it sleeps up to RPERF_WORKER_PERIOD_MS
  * and is woken sooner only when a ring passes half full (rperf__worker_wake_for,
- * called by producers; while a backend's timer thread runs, that thread makes
- * the wake-up at its next tick, and a producer only at three quarters full). Such a wake drains only the rings that asked (the
- * urgent list); every thread is visited (drained, exited ones unlinked) once
+ * called by producers; while a backend's timer thread runs, that thread
+ * makes the wake-up at its next tick, and a producer only at three quarters
+ * full). Such a wake drains only the rings that asked (the urgent list); every thread is visited (drained, exited ones unlinked) once
  * per period. A busy thread at 10 kHz wakes the worker ~150 times a second,
  * and visiting 1,000 parked threads each time cost more than the samples.
  * A visit that finds nothing to drain or retire (an idle process: no
