@@ -55,7 +55,12 @@
 # for switch and io) and each backend's excess over it ("above": what the
 # profiler adds to any timer thread at that rate; the median over rounds of
 # the difference within each round, so drifts between rounds cancel; wall
-# and CPU in percentage points, ns/switch in ns). On a quieter machine the tick's
+# and CPU in percentage points, ns/switch in ns), followed from 6 rounds on
+# by a ~95 % confidence interval for that median, [low, high]: the order
+# statistics of the rounds' differences that bracket the median with 95 %
+# probability whatever the shape of this VM's noise, so a target reads as
+# met (high under it), missed (low above it) or not resolved by the run
+# (more rounds narrow it, ~1/√rounds). On a quieter machine the tick's
 # columns go to ~0 and "above" equals the overhead. For switch and io a
 # third pair per round runs the tick plus an empty Ruby thread event hook
 # ("hooks"): Ruby 3.3 takes a process-wide rwlock around each thread event
@@ -744,14 +749,43 @@ module OverheadBench
   # Workloads whose runs return their GVL switch count.
   SWITCHING = %w[switch io].freeze
 
-  # Median over rounds of (the backend's value − the floor's), both of the
-  # same round: the drifts of the machine between rounds cancel out.
-  def self.excess(res, b, floor, key)
+  # The per-round differences (the backend's value − the floor's), both of
+  # the same round: the drifts of the machine between rounds cancel out.
+  def self.differences(res, b, floor, key)
     f = res[floor]
-    return nil unless f
+    return [] unless f
 
-    vs = res[b][:rounds][key].zip(f[:rounds][key]).map { |v, w| v && w && v - w }
-    vs.compact.empty? ? nil : median(vs)
+    res[b][:rounds][key].zip(f[:rounds][key]).filter_map { |v, w| v && w && v - w }
+  end
+
+  # Their median over rounds.
+  def self.excess(res, b, floor, key)
+    vs = differences(res, b, floor, key)
+    vs.empty? ? nil : median(vs)
+  end
+
+  # A distribution-free ~95 % confidence interval for the median of values
+  # (rounds are independent draws of this VM's noise; no assumption about
+  # its shape): the order statistics k and n − 1 − k of the sorted values,
+  # k = floor((n − 1.96 √n) / 2), from the binomial count of values below
+  # the true median. nil under 6 values (the interval would be [min, max]
+  # with less than 95 %).
+  def self.median_ci(values)
+    s = values.sort
+    n = s.size
+    return nil if n < 6
+
+    k = [((n - 1.96 * Math.sqrt(n)) / 2).floor, 0].max
+    [s[k], s[n - 1 - k]]
+  end
+
+  # "median [low, high]" of the per-round excess, formatted by fmt.
+  def self.excess_ci(res, b, floor, key, &fmt)
+    vs = differences(res, b, floor, key)
+    return "-" if vs.empty?
+
+    ci = median_ci(vs)
+    ci ? "#{fmt.(median(vs))} [#{fmt.(ci[0])}, #{fmt.(ci[1])}]" : fmt.(median(vs))
   end
 
   def self.points(v) = v.nil? || v.to_f.nan? ? "-" : format("%+.1f", v * 100)
@@ -761,8 +795,8 @@ module OverheadBench
     h = res[:hooks] || {}
     [name, mode.to_s, freq.to_s, pct(t[:wall]), pct(t[:cpu]), num(t[:ns_per_switch]), num(h[:ns_per_switch])] +
       backends.flat_map do |b|
-        [points(excess(res, b, :tick, :wall)), points(excess(res, b, :tick, :cpu)),
-         num(excess(res, b, :tick, :ns_per_switch)), num(excess(res, b, :hooks, :ns_per_switch))]
+        [excess_ci(res, b, :tick, :wall) { points(_1) }, excess_ci(res, b, :tick, :cpu) { points(_1) },
+         excess_ci(res, b, :tick, :ns_per_switch) { num(_1) }, excess_ci(res, b, :hooks, :ns_per_switch) { num(_1) }]
       end
   end
 
@@ -779,7 +813,8 @@ module OverheadBench
          "plus an empty Ruby thread event hook: its ns/switch (Ruby's own cost of dispatching the events " \
          "rperf follows). Per backend, above = the median over rounds of the backend's figure − the " \
          "floor's in the same round (wall, CPU: percentage points over tick; ns/switch: ns over tick, " \
-         "then over hooks)"
+         "then over hooks), with its ~95 % confidence interval [low, high] from 6 rounds on " \
+         "(distribution-free: order statistics of the rounds' differences)"
     head = ["workload", "mode", "Hz", "tick wall", "CPU", "ns/switch", "hooks ns/switch"] +
            o[:backends].flat_map { |b| ["#{b} wall above", "CPU above", "ns/switch above", "above hooks"] }
     puts table(head, rows, false)
