@@ -10,6 +10,11 @@
  * RESUMED re-arms with that remainder, so ticks follow on-GVL time and a
  * thread that switches often is not starved of ticks.
  *
+ * In cpu mode the handler also reads the thread's CPU clock at each tick
+ * and its job takes that reading instead of making its own (tick_cpu), so a
+ * job that runs late, after a C call that kept the GVL, ends its sample at
+ * the tick.
+ *
  * The handler lives in tick_signal.c (shared with the nanosleep backend);
  * at start every other task gets one bootstrap signal so that threads
  * already holding a GVL (e.g. a Ractor spinning alone) register themselves.
@@ -158,6 +163,7 @@ static int sig_start(const rperf_backend_config_t *cfg, char *err, size_t errlen
     pthread_once(&atfork_once, register_atfork);
     interval_ns = cfg->interval_ns;
     if (rperf_tick_signal_install(cfg->signo, err, errlen) < 0) return -1;
+    rperf_tick_signal_read_cpu(cfg->cpu_clock != 0);
     atomic_fetch_add(&gen, 1);
     atomic_store(&running, 1);
     if (cfg->bootstrap) rperf_tick_signal_bootstrap(cfg->bootstrap_skip, cfg->bootstrap_nskip);
@@ -199,5 +205,6 @@ const rperf_backend_ops_t rperf_backend_signal = {
     .thread_resumed = thread_resumed,
     .thread_suspended = thread_suspended,
     .thread_identified = NULL,
+    .tick_cpu = rperf_tick_signal_tick_cpu,   /* cpu mode: read by the handler */
     .ticks_on_holder = true,   /* a thread off its GVL has its timer disarmed */
 };

@@ -16,8 +16,9 @@
  *    GVL is dropped: it must not be charged to whatever runs here next.
  *
  * Contexts: on_signal is a signal handler (async-signal-safe only: TLS
- * reads, atomics, the engine's tick/register, errno saved); install,
- * restore and bootstrap run with the GVL held; send and rperf_task_state
+ * reads and writes, atomics, clock_gettime, the engine's tick/register,
+ * errno saved); install, restore, read_cpu and bootstrap run with the GVL
+ * held; tick_cpu in the sampling job (own); send and rperf_task_state
  * run on a backend thread (or in bootstrap); bootstrap_resend in any
  * context, the handler included (atomics, tgkill, the monotonic clock);
  * after_fork inside fork() in the child.
@@ -46,6 +47,7 @@
 #include <unistd.h>
 
 static _Atomic int active;
+static _Atomic bool read_cpu;      /* cpu mode on :signal: read the clock at each tick */
 static int signo;
 static struct sigaction old_action;
 static int installed;
@@ -120,6 +122,59 @@ bool rperf_tick_signal_bootstrap_pending(void)
     return atomic_load_explicit(&boot_left, memory_order_relaxed) > 0;
 }
 
+/* ---- the CPU clock at the tick (cpu mode, timer ticks) ---------------------
+ * A cpu-mode job that runs late (after a C call that kept the GVL, past
+ * many ticks) ends its sample at the tick when it has the thread's CPU
+ * clock as of the tick (core/thread_state.c, job_native_cpu); without one
+ * it reads the clock itself and the call is charged with the CPU time
+ * before it began. So with read_cpu set the handler reads the clock at each
+ * timer tick (the job then makes no reading of its own: one system call
+ * per sample either way) and keeps the latest in this native thread's
+ * slot. Writer: the handler; reader: the job, on the same native thread,
+ * which a handler may interrupt between its loads: an odd-then-even
+ * sequence number (signal fences order it: one thread) tells the reader
+ * to give up, and `taken` hands each reading out once. */
+typedef struct {
+    _Atomic uint32_t seq;
+    uint32_t taken;
+    _Atomic int64_t cpu_ns, mono_ns;
+} tick_reading_t;
+
+static _Thread_local tick_reading_t reading __attribute__((tls_model("initial-exec")));
+
+static void keep_reading(void)
+{
+    struct timespec c, m;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c) != 0) return;
+    clock_gettime(CLOCK_MONOTONIC, &m);
+    uint32_t s = atomic_load_explicit(&reading.seq, memory_order_relaxed);
+    atomic_store_explicit(&reading.seq, s + 1, memory_order_relaxed);
+    atomic_signal_fence(memory_order_seq_cst);
+    atomic_store_explicit(&reading.cpu_ns, (int64_t)c.tv_sec * 1000000000LL + c.tv_nsec,
+                          memory_order_relaxed);
+    atomic_store_explicit(&reading.mono_ns, (int64_t)m.tv_sec * 1000000000LL + m.tv_nsec,
+                          memory_order_relaxed);
+    atomic_signal_fence(memory_order_seq_cst);
+    atomic_store_explicit(&reading.seq, s + 2, memory_order_relaxed);
+}
+
+void rperf_tick_signal_read_cpu(bool on) { atomic_store(&read_cpu, on); }
+
+int rperf_tick_signal_tick_cpu(int64_t *cpu_ns, int64_t *mono_ns)
+{
+    uint32_t s = atomic_load_explicit(&reading.seq, memory_order_relaxed);
+    if (s == 0 || s == reading.taken) return -1;
+    atomic_signal_fence(memory_order_seq_cst);
+    int64_t cpu = atomic_load_explicit(&reading.cpu_ns, memory_order_relaxed);
+    int64_t at = atomic_load_explicit(&reading.mono_ns, memory_order_relaxed);
+    atomic_signal_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&reading.seq, memory_order_relaxed) != s) return -1;
+    reading.taken = s;
+    *cpu_ns = cpu;
+    *mono_ns = at;
+    return 0;
+}
+
 static void on_signal(int sig, siginfo_t *info, void *uc)
 {
     (void)sig;
@@ -129,6 +184,7 @@ static void on_signal(int sig, siginfo_t *info, void *uc)
         bool tkill = info && info->si_code == SI_TKILL;
         bool waiting = atomic_load_explicit(&boot_left, memory_order_relaxed) > 0;
         if (rperf_current_thread_sigsafe() != NULL) {
+            if (!tkill && atomic_load_explicit(&read_cpu, memory_order_relaxed)) keep_reading();
             rperf_engine_tick_sigsafe();
             if (waiting && tkill) boot_done_here();
         } else if (tkill && !rperf_engine_register_sigsafe() && waiting) {
@@ -178,6 +234,7 @@ static void restore_action(void)
 void rperf_tick_signal_restore(void)
 {
     atomic_store(&active, 0);
+    atomic_store(&read_cpu, false);
     boot_clear();
     while (atomic_load(&resending) > 0) sched_yield();   /* a few tgkills at most */
     restore_action();
@@ -186,6 +243,7 @@ void rperf_tick_signal_restore(void)
 void rperf_tick_signal_after_fork(void)
 {
     atomic_store(&active, 0);
+    atomic_store(&read_cpu, false);
     boot_clear();
     restore_action();
 }

@@ -17,6 +17,12 @@ int rperf_tick_signal_install(int signo, char *err, size_t errlen);
 void rperf_tick_signal_restore(void);
 /* Inside fork() in the child: forget the run and restore the action. */
 void rperf_tick_signal_after_fork(void);
+/* GVL held, at start (off again at restore): read the ticked thread's CPU
+ * clock in the handler at each timer tick, for its job (cpu mode). */
+void rperf_tick_signal_read_cpu(bool on);
+/* Own context, in the job: the reading the handler made at this native
+ * thread's latest timer tick, each once (rperf_backend_ops_t.tick_cpu). */
+int rperf_tick_signal_tick_cpu(int64_t *cpu_ns, int64_t *mono_ns);
 /* The installed signal number. */
 int rperf_tick_signal_number(void);
 /* GVL held: send the signal once to every other runnable task of the

@@ -205,14 +205,13 @@ class TestModes < Test::Unit::TestCase
   # the call is taken at the call's end; its sample must end at the tick,
   # not at the call's end, or the call absorbs the Ruby time since the
   # previous sample (0.6 ms of work before each call got ~30 % of its time
-  # that way, the call ~113 %). Wall mode on :holder and :signal, cpu mode
-  # on :holder (its timer thread's CPU reading at the tick). Not asserted
-  # for :nanosleep, whose ticks can reach a blocked thread
-  # (ticks_on_holder false), nor for :signal in cpu mode (no reading at
-  # the tick).
+  # that way, the call ~113 %). Both modes on :holder and :signal (cpu
+  # mode needs the thread's CPU clock as of the tick: :holder's timer
+  # thread reads it, :signal's handler). Not asserted for :nanosleep,
+  # whose ticks can reach a blocked thread (ticks_on_holder false).
   def test_work_before_a_long_holding_call_keeps_its_share
     big = "abcdefgh" * 3_000_000
-    [%i[holder wall], %i[signal wall], %i[holder cpu]].each do |backend, mode|
+    [%i[holder wall], %i[signal wall], %i[holder cpu], %i[signal cpu]].each do |backend, mode|
       spent = Hash.new(0)
       now = -> { Process.clock_gettime(Process::CLOCK_MONOTONIC, :nanosecond) }
       result = Rperf.start(frequency: 1000, mode: mode, backend: backend) do
