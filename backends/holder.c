@@ -514,5 +514,4 @@ const rperf_backend_ops_t rperf_backend_holder = {
     .thread_identified = holder_identified,
     .thread_attached = holder_attached,
     .tick_cpu = holder_tick_cpu,
-    .ticks_on_holder = true,   /* a blocked holder's job waits for its call: the same stack */
 };

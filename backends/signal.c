@@ -206,5 +206,4 @@ const rperf_backend_ops_t rperf_backend_signal = {
     .thread_suspended = thread_suspended,
     .thread_identified = NULL,
     .tick_cpu = rperf_tick_signal_tick_cpu,   /* cpu mode: read by the handler */
-    .ticks_on_holder = true,   /* a thread off its GVL has its timer disarmed */
 };

@@ -310,8 +310,10 @@ typedef struct rperf_engine {
 
     _Alignas(64) _Atomic uint64_t trigger_count;
     _Atomic uint64_t outstanding;      /* ticks not yet consumed by a job */
-    /* wall mode: CLOCK_MONOTONIC of the latest tick (0: none this run), so
-     * a job that runs long after it ends its sample there (sample_end) */
+    /* CLOCK_MONOTONIC of the latest tick (0: none this run): a job whose
+     * ticks all came before its thread's RESUMED samples nothing
+     * (rperf_sample_job), and in wall mode a job that runs long after its
+     * tick ends its sample there (sample_end) */
     _Atomic int64_t tick_mono;
     _Atomic uint64_t sampling_count;
     _Atomic uint64_t sampling_time_ns;

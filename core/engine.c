@@ -95,8 +95,8 @@ void rperf_engine_leave(void) { atomic_fetch_sub(my_stripe(), 1); }
 
 void rperf_engine_tick_sigsafe(void)
 {
-    if (rperf__engine.cfg.clock == RPERF_CLOCK_WALL)   /* clock_gettime: async-signal-safe */
-        atomic_store_explicit(&rperf__engine.tick_mono, rperf__mono_ns(), memory_order_relaxed);
+    /* clock_gettime: async-signal-safe */
+    atomic_store_explicit(&rperf__engine.tick_mono, rperf__mono_ns(), memory_order_relaxed);
     atomic_fetch_add_explicit(&rperf__engine.trigger_count, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&rperf__engine.outstanding, 1, memory_order_relaxed);
     rperf__engine.host.trigger();

@@ -64,17 +64,11 @@ typedef struct rperf_backend_ops {
      * read it for the tick that triggered the job, and when it read it
      * (CLOCK_MONOTONIC). 0 with both set, each reading handed out at most
      * once; -1 if there is none. The engine takes it only if it is recent
-     * (an eighth of an interval) and not older than a reading already made
-     * on this native thread; otherwise the job reads the clock itself. */
+     * (an eighth of an interval) or was made while the thread held its GVL
+     * (after its latest RESUMED), and is not older than a reading already
+     * made on this native thread; otherwise the job reads the clock
+     * itself. */
     int (*tick_cpu)(int64_t *cpu_ns, int64_t *mono_ns);
-    /* True when every tick goes to a thread that holds its GVL at the tick
-     * (the job it triggers runs on that thread, at its next safepoint).
-     * Wall mode then ends the sample of a job that runs late at its tick
-     * (thread_state.c, sample_end). False (the default) for a backend that
-     * can trigger a thread that is off its GVL, whose job then runs right
-     * after its RESUMED: ending samples at ticks would hand the tail of the
-     * previous call to that point, not to a random one. */
-    bool ticks_on_holder;
 } rperf_backend_ops_t;
 
 /* backends/registry.c */

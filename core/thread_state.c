@@ -285,14 +285,13 @@ static void record_pending_gc(rperf_thread_t *pt, int64_t mono, const rperf_fram
  * 18). So a job that runs a quarter interval or more after the latest
  * tick ends its sample at that tick, when the thread held its GVL then
  * (the tick is after its RESUMED on this native thread and after its
- * last attributed point); the rest stays unattributed for the next
- * sample. Otherwise, at a window's close, and for a backend whose ticks
- * may reach a thread off its GVL (ticks_on_holder false: :nanosleep), the
- * sample ends now. */
+ * last attributed point; a job whose ticks all came before that RESUMED
+ * samples nothing, see rperf_sample_job); the rest stays unattributed for
+ * the next sample. Otherwise, and at a window's close, the sample ends
+ * now. */
 static int64_t sample_end(rperf_thread_t *pt, int64_t mono)
 {
     int64_t t = atomic_load_explicit(&rperf__engine.tick_mono, memory_order_relaxed);
-    if (!backend() || !backend()->ticks_on_holder) return mono;
     if (t <= 0 || t >= mono || mono - t < threshold_ns()) return mono;
     if (t <= pt->last_wall || t < nt_tls.resumed_mono) return mono;
     return t;
@@ -353,9 +352,9 @@ static void sample_now(rperf_thread_t *pt, int64_t mono, int64_t native, int64_t
  * sample. It is taken when it is recent (an eighth of an interval: the
  * job ran right after its tick), or when it was taken while the thread
  * held its GVL (after its RESUMED on this native thread, not below its
- * mark) and the backend's ticks go to holders: the job ran late, after a
- * C call that keeps the GVL, and ends its sample at the tick as in wall
- * mode (sample_end). And only if no reading made on this thread since is
+ * mark): the job ran late, after a C call that keeps the GVL, and ends
+ * its sample at the tick as in wall mode (sample_end). And only if no
+ * reading made on this thread since is
  * larger (the clock is monotonic per native thread, so a smaller value was
  * taken before one the accounting already used: taking it would count
  * some CPU time twice or not at all). */
@@ -365,8 +364,7 @@ static int64_t job_native_cpu(rperf_thread_t *pt, int64_t mono)
     int64_t cpu, at;
     if (b && b->tick_cpu && b->tick_cpu(&cpu, &at) == 0 && at <= mono && cpu >= nt_tls.cpu_hi) {
         bool fresh = mono - at <= rperf__engine.interval_ns / 8;
-        bool held = b->ticks_on_holder && at >= nt_tls.resumed_mono && pt->cpu_mark >= 0 &&
-                    cpu >= pt->cpu_mark;
+        bool held = at >= nt_tls.resumed_mono && pt->cpu_mark >= 0 && cpu >= pt->cpu_mark;
         if (fresh || held) {
             nt_tls.cpu_hi = cpu;
             return cpu;
@@ -375,10 +373,32 @@ static int64_t job_native_cpu(rperf_thread_t *pt, int64_t mono)
     return read_native_cpu();
 }
 
+/* The job runs at the first safepoint of a thread whose execution context
+ * was flagged; a tick can flag a thread that is off its GVL (:nanosleep
+ * triggers the main Ractor's last running thread whether or not it holds
+ * the GVL; any backend's trigger can be answered by another thread's
+ * flush of the VM-global job bitset), and that thread then runs the job
+ * right after its RESUMED, on the stack of the call that released the
+ * GVL. Sampled there, its on-GVL time before the call (since its previous
+ * sample) went to the call: 1.5 ms of work before each 20 ms sleep got
+ * 0.73x its time and each sleep +400 us on :nanosleep. When even the
+ * latest tick came before this thread's latest RESUMED on this native
+ * thread, no tick this job answers found it holding its GVL: it samples
+ * nothing and its time stays for the next tick that does. The tick stays
+ * unconsumed, as for a job with nothing to sample: :holder reads that as
+ * its direct trigger not reaching the holder (it flagged a thread that is
+ * waiting for its first turn) and signals the holder instead. */
+static bool ticks_before_resumed(void)
+{
+    int64_t t = atomic_load_explicit(&rperf__engine.tick_mono, memory_order_relaxed);
+    return t > 0 && t < nt_tls.resumed_mono;
+}
+
 void rperf_sample_job(rperf_thread_t *pt)
 {
     if (!pt) pt = rperf_current_thread_sigsafe();
     if (!pt) return;
+    if (ticks_before_resumed()) return;
     /* The job is timed on the monotonic clock (vDSO, no system call; the
      * job never blocks, so its duration is its CPU time but for a
      * preemption): the thread CPU clock is a system call, needed only in

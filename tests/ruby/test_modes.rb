@@ -205,13 +205,13 @@ class TestModes < Test::Unit::TestCase
   # the call is taken at the call's end; its sample must end at the tick,
   # not at the call's end, or the call absorbs the Ruby time since the
   # previous sample (0.6 ms of work before each call got ~30 % of its time
-  # that way, the call ~113 %). Both modes on :holder and :signal (cpu
-  # mode needs the thread's CPU clock as of the tick: :holder's timer
-  # thread reads it, :signal's handler). Not asserted for :nanosleep,
-  # whose ticks can reach a blocked thread (ticks_on_holder false).
+  # that way, the call ~113 %). Wall mode on every backend; cpu mode needs
+  # the thread's CPU clock as of the tick: :holder's timer thread reads
+  # it, :signal's handler; :nanosleep has none (its timer thread does not
+  # know which thread holds the GVL), so it is not asserted there.
   def test_work_before_a_long_holding_call_keeps_its_share
     big = "abcdefgh" * 3_000_000
-    [%i[holder wall], %i[signal wall], %i[holder cpu], %i[signal cpu]].each do |backend, mode|
+    [%i[holder wall], %i[signal wall], %i[nanosleep wall], %i[holder cpu], %i[signal cpu]].each do |backend, mode|
       spent = Hash.new(0)
       now = -> { Process.clock_gettime(Process::CLOCK_MONOTONIC, :nanosecond) }
       result = Rperf.start(frequency: 1000, mode: mode, backend: backend) do
@@ -229,6 +229,41 @@ class TestModes < Test::Unit::TestCase
       call = rperf_weight_with(result, "String#count")
       assert_include(0.6..1.6, work.to_f / spent[:work], "the work before the call #{ctx}")
       assert_include(0.8..1.2, call.to_f / spent[:call], "the call #{ctx}")
+    end
+  end
+
+  # Ruby work right before a sleep keeps its share, and the sleep gets its
+  # own time (wall) or none (cpu). A tick during the sleep can flag the
+  # sleeper (:nanosleep triggers the main Ractor's last running thread
+  # whether or not it holds the GVL), whose job then runs right after its
+  # RESUMED, on the sleep's stack: sampled there, the work since the
+  # previous sample went to the sleep (the work got ~0.72x in both modes,
+  # each 20 ms sleep +400 us in wall mode). Every backend, both modes.
+  def test_work_before_a_sleep_keeps_its_share
+    RPERF_BACKENDS.each do |backend|
+      RPERF_MODES.each do |mode|
+        spent = Hash.new(0)
+        clock = mode == :cpu ? -> { thread_cpu_now } : -> { Process.clock_gettime(Process::CLOCK_MONOTONIC) }
+        result = Rperf.start(frequency: 1000, mode: mode, backend: backend) do
+          60.times do
+            a = clock.()
+            rperf_spinner(0.0015)
+            b = clock.()
+            sleep(0.01)
+            spent[:work] += b - a
+            spent[:sleep] += clock.() - b
+          end
+        end
+        ctx = "#{backend}/#{mode} #{spent}\n#{rperf_describe(result)}"
+        work = rperf_weight_with(result, "Object#rperf_spinner") / 1e9
+        slept = rperf_weight_with(result, "Kernel#sleep") / 1e9
+        assert_include(0.85..1.2, work / spent[:work], "the work before the sleep #{ctx}")
+        if mode == :wall
+          assert_include(0.95..1.05, slept / spent[:sleep], "the sleep #{ctx}")
+        else
+          assert_operator(slept, :<, work / 10, "the sleep burns no CPU #{ctx}")
+        end
+      end
     end
   end
 

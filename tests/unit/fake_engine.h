@@ -54,7 +54,6 @@ static void fb_identified(void) { identified++; }
 static const rperf_backend_ops_t fake_backend = {
     .version = RPERF_BACKEND_ABI_VERSION, .name = "fake", .description = "test",
     .start = fb_start, .stop = fb_stop, .thread_identified = fb_identified,
-    .ticks_on_holder = true,
 };
 
 /* A run in `clock` mode at `frequency` with the fake backend; NULL on

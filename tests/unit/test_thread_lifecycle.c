@@ -703,7 +703,7 @@ static int fake_tick_cpu_op(int64_t *cpu_ns, int64_t *mono_ns)
 }
 static const rperf_backend_ops_t reading_backend = {
     .version = RPERF_BACKEND_ABI_VERSION, .name = "reading", .description = "test",
-    .start = fb_start, .stop = fb_stop, .tick_cpu = fake_tick_cpu_op, .ticks_on_holder = true,
+    .start = fb_start, .stop = fb_stop, .tick_cpu = fake_tick_cpu_op,
 };
 
 /* One cpu-mode run at 1 kHz: a thread runs, then its job finds the reading
@@ -906,6 +906,42 @@ RPERF_TEST(a_late_job_ends_its_sample_at_the_tick)
     (void)exit_stop_and_sum(pt);
 }
 
+/* A tick that found the thread off its GVL (:nanosleep flags the main
+ * Ractor's last running thread whatever it does) has its job run right
+ * after the thread's RESUMED, on the stack of the call that released the
+ * GVL: that job samples nothing, and the thread's run before the call
+ * stays for the next tick that finds it on its GVL. */
+RPERF_TEST(a_job_for_ticks_before_the_resumed_samples_nothing)
+{
+    const int clocks[] = { RPERF_CLOCK_WALL, RPERF_CLOCK_CPU };
+    for (int c = 0; c < 2; c++) {
+        start_at(10, clocks[c]);
+        depth = 3;
+        rperf_thread_t *pt = rperf_thread_new(RPERF_THREAD_CREATED);
+        rperf_ev_resumed(pt);
+        int64_t last_wall = pt->last_wall, last_cpu = pt->last_cpu;
+        let_ns_pass(3000000);                /* 3 ms of Ruby code, no tick */
+        rperf_ev_suspended(pt);              /* the call: off the GVL */
+        rperf_engine_tick_sigsafe();         /* a tick meets it there */
+        let_ns_pass(1000000);
+        rperf_ev_resumed(pt);
+        int before = captures;
+        rperf_sample_job(pt);                /* right after RESUMED */
+        RPERF_CHECK_EQ(captures, before);    /* nothing sampled, */
+        RPERF_CHECK_EQ(pt->last_wall, last_wall);   /* nothing attributed */
+        RPERF_CHECK_EQ(pt->last_cpu, last_cpu);
+        RPERF_CHECK_EQ(rperf_engine_ticks_unconsumed(), 1);   /* not answered */
+        let_ns_pass(1000000);
+        rperf_engine_tick_sigsafe();         /* a tick while it runs */
+        rperf_sample_job(pt);                /* samples both runs */
+        RPERF_CHECK_EQ(captures, before + 1);
+        RPERF_CHECK_EQ(rperf_engine_ticks_unconsumed(), 0);
+        if (clocks[c] == RPERF_CLOCK_WALL) RPERF_CHECK(pt->last_wall >= last_wall + 4000000);
+        else RPERF_CHECK(pt->last_cpu > last_cpu);
+        (void)exit_stop_and_sum(pt);
+    }
+}
+
 /* A backend whose thread_resumed did something slow (woke its parked timer
  * thread: a futex wake-up, tens of microseconds on a VM) and said so: that
  * time is part of the thread's way back to its Ruby code, so it is the
@@ -921,7 +957,7 @@ static void slow_resumed(void)
 }
 static const rperf_backend_ops_t slow_backend = {
     .version = RPERF_BACKEND_ABI_VERSION, .name = "slow", .description = "test",
-    .start = fb_start, .stop = fb_stop, .thread_resumed = slow_resumed, .ticks_on_holder = true,
+    .start = fb_start, .stop = fb_stop, .thread_resumed = slow_resumed,
 };
 
 RPERF_TEST(a_slow_resume_is_the_wait_of_the_call_that_released_the_gvl)
@@ -972,5 +1008,6 @@ int main(void)
                      RPERF_CASE(short_gc_steps_capture_nothing_and_stay_off_the_next_sample),
                      RPERF_CASE(gc_steps_are_recorded_once_their_sum_passes_an_interval),
                      RPERF_CASE(a_late_job_ends_its_sample_at_the_tick),
+                     RPERF_CASE(a_job_for_ticks_before_the_resumed_samples_nothing),
                      RPERF_CASE(a_slow_resume_is_the_wait_of_the_call_that_released_the_gvl));
 }
