@@ -227,7 +227,9 @@ class TestModes < Test::Unit::TestCase
       ctx = "#{backend}/#{mode} #{spent}\n#{rperf_describe(result)}"
       work = rperf_weight_with(result, "Object#rperf_spinner")
       call = rperf_weight_with(result, "String#count")
-      assert_include(0.6..1.6, work.to_f / spent[:work], "the work before the call #{ctx}")
+      # 0.5: the bias this guards against gives ~0.3; a run whose ~4 ms
+      # loop fell into step with the 1 ms ticks read 0.58 once (under M:N)
+      assert_include(0.5..1.6, work.to_f / spent[:work], "the work before the call #{ctx}")
       assert_include(0.8..1.2, call.to_f / spent[:call], "the call #{ctx}")
     end
   end
