@@ -133,14 +133,20 @@ bool rperf_tick_signal_bootstrap_pending(void)
  * slot. Writer: the handler; reader: the job, on the same native thread,
  * which a handler may interrupt between its loads: an odd-then-even
  * sequence number (signal fences order it: one thread) tells the reader
- * to give up, and `taken` hands each reading out once. */
+ * to give up, and `taken` hands each reading out once. A reading belongs
+ * to the run it was made in (`run`): one left from an earlier run, or
+ * from the parent in a fork child (where the thread CPU clock starts
+ * again from zero, so the engine's monotonicity check cannot tell), is
+ * never handed out. */
 typedef struct {
     _Atomic uint32_t seq;
     uint32_t taken;
+    _Atomic uint32_t run;
     _Atomic int64_t cpu_ns, mono_ns;
 } tick_reading_t;
 
 static _Thread_local tick_reading_t reading __attribute__((tls_model("initial-exec")));
+static _Atomic uint32_t reading_run;   /* bumped at each start and in a fork child */
 
 static void keep_reading(void)
 {
@@ -150,6 +156,8 @@ static void keep_reading(void)
     uint32_t s = atomic_load_explicit(&reading.seq, memory_order_relaxed);
     atomic_store_explicit(&reading.seq, s + 1, memory_order_relaxed);
     atomic_signal_fence(memory_order_seq_cst);
+    atomic_store_explicit(&reading.run, atomic_load_explicit(&reading_run, memory_order_relaxed),
+                          memory_order_relaxed);
     atomic_store_explicit(&reading.cpu_ns, (int64_t)c.tv_sec * 1000000000LL + c.tv_nsec,
                           memory_order_relaxed);
     atomic_store_explicit(&reading.mono_ns, (int64_t)m.tv_sec * 1000000000LL + m.tv_nsec,
@@ -158,17 +166,23 @@ static void keep_reading(void)
     atomic_store_explicit(&reading.seq, s + 2, memory_order_relaxed);
 }
 
-void rperf_tick_signal_read_cpu(bool on) { atomic_store(&read_cpu, on); }
+void rperf_tick_signal_read_cpu(bool on)
+{
+    atomic_fetch_add(&reading_run, 1);
+    atomic_store(&read_cpu, on);
+}
 
 int rperf_tick_signal_tick_cpu(int64_t *cpu_ns, int64_t *mono_ns)
 {
     uint32_t s = atomic_load_explicit(&reading.seq, memory_order_relaxed);
     if (s == 0 || s == reading.taken) return -1;
     atomic_signal_fence(memory_order_seq_cst);
+    uint32_t run = atomic_load_explicit(&reading.run, memory_order_relaxed);
     int64_t cpu = atomic_load_explicit(&reading.cpu_ns, memory_order_relaxed);
     int64_t at = atomic_load_explicit(&reading.mono_ns, memory_order_relaxed);
     atomic_signal_fence(memory_order_seq_cst);
     if (atomic_load_explicit(&reading.seq, memory_order_relaxed) != s) return -1;
+    if (run != atomic_load_explicit(&reading_run, memory_order_relaxed)) return -1;
     reading.taken = s;
     *cpu_ns = cpu;
     *mono_ns = at;
@@ -244,6 +258,7 @@ void rperf_tick_signal_after_fork(void)
 {
     atomic_store(&active, 0);
     atomic_store(&read_cpu, false);
+    atomic_fetch_add(&reading_run, 1);
     boot_clear();
     restore_action();
 }

@@ -1,0 +1,74 @@
+/*
+ * test_tick_signal.c — the tick signal's CPU reading (backends/tick_signal.c)
+ * as the :signal backend uses it in cpu mode: the handler reads the thread's
+ * CPU clock at a timer tick, the job takes it once, and a reading from an
+ * earlier run is never handed out (in a fork child the thread CPU clock
+ * starts again from zero, so the engine's own monotonicity check could not
+ * tell it apart).
+ * Context: a plain C test program (no Ruby); the fake engine of
+ * fake_engine.h makes this thread a running Ruby thread for the handler
+ * (a wall-mode run: the handler reads whenever the backend asks).
+ * Not built under ThreadSanitizer (it defers signal handlers to points
+ * this test's busy wait may not reach).
+ */
+#include "fake_engine.h"
+#include "tick_signal.h"
+
+#include <signal.h>
+#include <stdatomic.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+/* A POSIX timer signal (si_code SI_TIMER, as :signal's timers send) to this
+ * very thread; returns once the handler has ticked the engine. */
+static void timer_tick_here(void)
+{
+    struct sigevent sev;
+    memset(&sev, 0, sizeof(sev));
+    sev.sigev_notify = SIGEV_THREAD_ID;
+    sev.sigev_signo = rperf_tick_signal_number();
+    sev._sigev_un._tid = (pid_t)syscall(SYS_gettid);
+    timer_t t;
+    RPERF_CHECK_EQ(timer_create(CLOCK_MONOTONIC, &sev, &t), 0);
+    uint64_t before = atomic_load(&rperf__engine.trigger_count);
+    struct itimerspec its;
+    memset(&its, 0, sizeof(its));
+    its.it_value.tv_nsec = 1000;
+    RPERF_CHECK_EQ(timer_settime(t, 0, &its, NULL), 0);
+    while (atomic_load(&rperf__engine.trigger_count) == before) {
+    }
+    timer_delete(t);
+}
+
+RPERF_TEST(a_timer_tick_leaves_one_cpu_reading_for_its_own_run)
+{
+    (void)start_wall();                      /* this thread is current */
+    char err[128];
+    RPERF_CHECK_EQ(rperf_tick_signal_install(0, err, sizeof(err)), 0);
+    rperf_tick_signal_read_cpu(true);
+    int64_t cpu = 0, at = 0;
+    RPERF_CHECK_EQ(rperf_tick_signal_tick_cpu(&cpu, &at), -1);   /* no tick yet */
+    timer_tick_here();
+    RPERF_CHECK_EQ(rperf_tick_signal_tick_cpu(&cpu, &at), 0);
+    RPERF_CHECK(cpu > 0);
+    RPERF_CHECK(at > 0 && at <= rperf__mono_ns());
+    RPERF_CHECK_EQ(rperf_tick_signal_tick_cpu(&cpu, &at), -1);   /* handed out once */
+    let_time_pass();
+    timer_tick_here();                       /* a reading nobody took... */
+    rperf_tick_signal_read_cpu(true);        /* ...when a new run starts */
+    RPERF_CHECK_EQ(rperf_tick_signal_tick_cpu(&cpu, &at), -1);
+    timer_tick_here();                       /* the new run's own tick */
+    RPERF_CHECK_EQ(rperf_tick_signal_tick_cpu(&cpu, &at), 0);
+    timer_tick_here();
+    rperf_tick_signal_after_fork();          /* as in a fork child */
+    RPERF_CHECK_EQ(rperf_tick_signal_tick_cpu(&cpu, &at), -1);
+    rperf_engine_stop();
+    rperf_engine_release();
+}
+
+int main(void)
+{
+    rperf_engine_init(&host);
+    return RPERF_RUN(RPERF_CASE(a_timer_tick_leaves_one_cpu_reading_for_its_own_run));
+}
