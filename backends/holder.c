@@ -64,6 +64,7 @@
  * the job (no Ruby API); the key destructor when a native thread exits;
  * after_fork_child inside fork() in the child.
  */
+#include "cpu_reading.h"
 #include "rperf_backend.h"
 #include "rperf_core.h"
 #include "tick_signal.h"
@@ -80,7 +81,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define NSEC 1000000000LL
 #define GUARD_NS 5000LL           /* a holder this fresh gets the signal */
 #define MAX_SLOTS 4096            /* native threads tracked at once */
 
@@ -93,12 +93,8 @@ typedef struct holder_slot {
     _Atomic int holds;            /* HOLDS_* */
     _Atomic int64_t since;        /* CLOCK_MONOTONIC at its last RESUMED */
     /* cpu mode: the timer thread's last reading of this slot's thread CPU
-     * clock (of native thread cpu_tid, at cpu_mono). cpu_seq is odd while
-     * the timer thread writes them. */
-    _Atomic uint32_t cpu_seq;
-    _Atomic int32_t cpu_tid;
-    _Atomic int64_t cpu_ns;
-    _Atomic int64_t cpu_mono;
+     * clock, for its job (cpu_reading.h) */
+    rperf_cpu_reading_t cpu;
 } holder_slot_t;
 
 static holder_slot_t table[MAX_SLOTS];
@@ -122,7 +118,7 @@ static struct {
 typedef struct my_slot {
     int index;                    /* -1: none */
     uint64_t epoch;
-    uint32_t cpu_seq_taken;       /* the slot's cpu_seq when its reading was taken */
+    uint32_t cpu_taken;           /* the slot's reading last taken (its seq) */
 } my_slot_t;
 static _Thread_local my_slot_t mine __attribute__((tls_model("initial-exec")));
 static pthread_key_t exit_key;
@@ -229,25 +225,11 @@ static void holder_suspended(void)
 
 /* In the job (own): the reading of this native thread's CPU clock the timer
  * thread left in its slot, if it has not been taken yet (see
- * publish_cpu). The engine decides whether it is recent enough. */
+ * holder_ran). The engine decides whether it is recent enough. */
 static int holder_tick_cpu(int64_t *cpu_ns, int64_t *mono_ns)
 {
     if (!have_slot()) return -1;
-    holder_slot_t *sl = &table[mine.index];
-    uint32_t seq = atomic_load_explicit(&sl->cpu_seq, memory_order_acquire);
-    if ((seq & 1u) || seq == mine.cpu_seq_taken) return -1;
-    int32_t tid = atomic_load_explicit(&sl->cpu_tid, memory_order_acquire);
-    int64_t cpu = atomic_load_explicit(&sl->cpu_ns, memory_order_acquire);
-    int64_t at = atomic_load_explicit(&sl->cpu_mono, memory_order_acquire);
-    /* a value written after the odd mark (acquire: it synchronizes with
-     * its release store, which follows the mark) makes this load see the
-     * mark or later */
-    if (atomic_load_explicit(&sl->cpu_seq, memory_order_relaxed) != seq) return -1;
-    if (tid != rperf_native_tid()) return -1;
-    mine.cpu_seq_taken = seq;
-    *cpu_ns = cpu;
-    *mono_ns = at;
-    return 0;
+    return rperf_cpu_reading_take(&table[mine.index].cpu, &mine.cpu_taken, cpu_ns, mono_ns);
 }
 
 /* Slots at or past `used` were never claimed since the last clear (all
@@ -260,6 +242,7 @@ static void clear_table(void)
     for (int i = 0; i < n; i++) {
         atomic_store(&table[i].holds, HOLDS_NOTHING);
         atomic_store(&table[i].tid, 0);
+        rperf_cpu_reading_reset(&table[i].cpu);
     }
     atomic_store(&used, 0);
     atomic_store(&free_hint, 0);
@@ -284,19 +267,6 @@ static uint64_t ticks;
 static int64_t tick_now;          /* CLOCK_MONOTONIC of the current tick */
 static int64_t interval_ns;
 
-/* Timer thread (the slot's only writer): leave a reading of slot i's
- * thread CPU clock for its job (holder_tick_cpu). The odd mark is a
- * sequentially consistent read-modify-write, so no store below is seen
- * before it; the even one is a release store after them. */
-static void publish_cpu(int i, int32_t tid, int64_t cpu, int64_t at)
-{
-    holder_slot_t *sl = &table[i];
-    uint32_t seq = atomic_fetch_add(&sl->cpu_seq, 1u);
-    atomic_store_explicit(&sl->cpu_tid, tid, memory_order_release);
-    atomic_store_explicit(&sl->cpu_ns, cpu, memory_order_release);
-    atomic_store_explicit(&sl->cpu_mono, at, memory_order_release);
-    atomic_store_explicit(&sl->cpu_seq, seq + 2u, memory_order_release);
-}
 
 /* Timer thread: whether the holder in slot i has run (used a quarter of an
  * interval of CPU time or more) since its previous check. A holder that has
@@ -308,18 +278,16 @@ static void publish_cpu(int i, int32_t tid, int64_t cpu, int64_t at)
  * At most one read per slot and tick: a second call in the same tick gets
  * the first one's answer (a second read microseconds later would see no
  * CPU time and call a running holder blocked). In cpu mode the reading is
- * left for the holder's job too (publish_cpu), before the tick is
+ * left for the holder's job too (cpu_reading.h), before the tick is
  * delivered. */
 static bool holder_ran(int i)
 {
     if (slot_tick[i] == ticks) return slot_ran[i];
     int32_t tid = atomic_load_explicit(&table[i].tid, memory_order_relaxed);
     if (tid <= 0) return false;
-    clockid_t cid = (clockid_t)((~(uint32_t)tid << 3) | 6u);   /* per thread, SCHED */
-    struct timespec t;
-    if (clock_gettime(cid, &t) != 0) return true;
-    int64_t cpu = (int64_t)t.tv_sec * NSEC + t.tv_nsec;
-    if (cpu_clock) publish_cpu(i, tid, cpu, tick_now);
+    int64_t cpu;
+    if (!rperf_cpu_of_tid(tid, &cpu)) return true;
+    if (cpu_clock) rperf_cpu_reading_publish(&table[i].cpu, tid, cpu, tick_now);
     int64_t prev = slot_cpu[i];
     slot_cpu[i] = cpu;
     slot_tick[i] = ticks;
@@ -419,7 +387,7 @@ static void deliver(int64_t now)
          * just resumed, or back from a penalty) gets its CPU clock read at
          * each direct tick, so the check at the next tick has a baseline
          * and a miss is found there; a proven one is read only on a miss,
-         * but in cpu mode, where its job takes the reading (publish_cpu). */
+         * but in cpu mode, where its job takes the reading (holder_ran). */
         if (last_direct && (cpu_clock || !(proven_slot == m && proven_since == since)))
             (void)holder_ran(m);
         if (last_direct) rperf_engine_tick_sigsafe();

@@ -33,6 +33,12 @@
  * already running before the start register themselves; it never reaches
  * a thread holding the main Ractor's GVL (that is the caller).
  *
+ * cpu mode: the same pass over the slots reads the main Ractor holder's
+ * thread CPU clock (by its tid) before the tick is triggered, and the
+ * holder's job takes that reading (tick_cpu, cpu_reading.h) instead of
+ * making its own: no clock system call on the application thread, and a
+ * job that runs late ends its sample at the tick.
+ *
  * Cost: every tick wakes this thread (~10-25 us of CPU here), whether or
  * not a thread runs. While no thread of any Ractor holds a GVL the tick
  * thread parks (timer_thread.c; nobody_holds below), and the next RESUMED
@@ -41,9 +47,10 @@
  * Contexts: deliver runs on the timer thread (timer_thread.c) (no Ruby API: the
  * trigger and tgkill are async-signal-safe and thread-safe); start/stop
  * with the GVL held, on the caller's native thread; thread_resumed/suspended/identified in thread hooks
- * or the job on the thread itself (no Ruby API); the key destructor when a
+ * or the job on the thread itself (no Ruby API), tick_cpu in the job; the key destructor when a
  * native thread exits; after_fork_child inside fork() in the child.
  */
+#include "cpu_reading.h"
 #include "rperf_backend.h"
 #include "rperf_core.h"
 #include "tick_signal.h"
@@ -81,6 +88,13 @@ static _Atomic uint64_t gen = 1;
 static _Thread_local uint64_t starting __attribute__((tls_model("initial-exec")));  /* == gen */
 
 static _Atomic int running;
+/* cpu mode: the main Ractor holder's CPU clock, read by the timer thread
+ * at each tick, for its job (cpu_reading.h): the application thread makes
+ * no clock system call per sample, and a job that runs late (after a C
+ * call that kept the GVL) ends its sample at the tick */
+static bool cpu_clock;
+static rperf_cpu_reading_t main_cpu;
+static _Thread_local uint32_t main_cpu_taken __attribute__((tls_model("initial-exec")));
 
 /* ---- GVL-holder slots (own context) --------------------------------------- */
 
@@ -138,17 +152,34 @@ static void ns_thread_resumed(void)
 }
 
 /* Send the tick signal to every holder whose state is `want` (with
- * want == SLOT_OTHER also SLOT_NEW: both get the timer's ticks). Timer
- * thread or thread hook; no Ruby API. */
-static void signal_holders(int want)
+ * want == SLOT_OTHER also SLOT_NEW: both get the timer's ticks). With
+ * `read_main` (the timer thread's tick, cpu mode) the same pass reads the
+ * main Ractor holder's CPU clock for its job, at `now`. Timer thread or
+ * thread hook; no Ruby API. */
+static void signal_holders(int want, bool read_main, int64_t now)
 {
     int hwm = atomic_load_explicit(&slot_hwm, memory_order_acquire);
     for (int i = 0; i < hwm; i++) {
         int st = atomic_load_explicit(&slots[i].state, memory_order_acquire);
+        if (read_main && st == SLOT_MAIN) {
+            int32_t tid = atomic_load_explicit(&slots[i].tid, memory_order_relaxed);
+            int64_t cpu;
+            if (rperf_cpu_of_tid(tid, &cpu)) rperf_cpu_reading_publish(&main_cpu, tid, cpu, now);
+            read_main = false;                 /* one holder at a time */
+            continue;
+        }
         if (!(st == want || (want == SLOT_OTHER && st == SLOT_NEW))) continue;
         int32_t tid = atomic_load_explicit(&slots[i].tid, memory_order_relaxed);
         if (tid > 0) rperf_tick_signal_send(tid);
     }
+}
+
+/* In the job (own): the main holder's reading, if it was made for this
+ * native thread and not taken yet; the engine decides whether it is
+ * recent enough. */
+static int ns_tick_cpu(int64_t *cpu_ns, int64_t *mono_ns)
+{
+    return rperf_cpu_reading_take(&main_cpu, &main_cpu_taken, cpu_ns, mono_ns);
 }
 
 /* A job just numbered this thread (or the host did): that job emptied the
@@ -161,7 +192,7 @@ static void ns_thread_identified(void)
 {
     starting = 0;
     ns_thread_resumed();
-    if (atomic_load_explicit(&running, memory_order_relaxed)) signal_holders(SLOT_NEW);
+    if (atomic_load_explicit(&running, memory_order_relaxed)) signal_holders(SLOT_NEW, false, 0);
 }
 
 static void ns_thread_suspended(void)
@@ -188,10 +219,11 @@ static bool consumed;
 
 static void deliver(int64_t now)
 {
-    (void)now;
     consumed = rperf_engine_ticks_unconsumed() == 0;
+    /* other Ractors (numbered or new), and in cpu mode the main holder's
+     * clock, read before its job is triggered */
+    signal_holders(SLOT_OTHER, cpu_clock, now);
     rperf_engine_tick_sigsafe();     /* main Ractor */
-    signal_holders(SLOT_OTHER);      /* other Ractors (numbered or new) */
 }
 
 /* Timer thread: no thread of any Ractor holds its GVL, so ticks go
@@ -217,6 +249,8 @@ static int ns_start(const rperf_backend_config_t *cfg, char *err, size_t errlen)
 {
     reset_slots();
     consumed = false;
+    cpu_clock = cfg->cpu_clock != 0;
+    rperf_cpu_reading_reset(&main_cpu);
     starting = atomic_load(&gen);   /* this native thread runs the caller (main Ractor) */
     atomic_store(&running, 1);
     if (rperf_timer_thread_start(cfg, deliver, nobody_holds, err, errlen) == 0) return 0;
@@ -250,4 +284,5 @@ const rperf_backend_ops_t rperf_backend_nanosleep = {
     .thread_resumed = ns_thread_resumed,
     .thread_suspended = ns_thread_suspended,
     .thread_identified = ns_thread_identified,
+    .tick_cpu = ns_tick_cpu,
 };

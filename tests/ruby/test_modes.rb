@@ -205,13 +205,12 @@ class TestModes < Test::Unit::TestCase
   # the call is taken at the call's end; its sample must end at the tick,
   # not at the call's end, or the call absorbs the Ruby time since the
   # previous sample (0.6 ms of work before each call got ~30 % of its time
-  # that way, the call ~113 %). Wall mode on every backend; cpu mode needs
-  # the thread's CPU clock as of the tick: :holder's timer thread reads
-  # it, :signal's handler; :nanosleep has none (its timer thread does not
-  # know which thread holds the GVL), so it is not asserted there.
+  # that way, the call ~113 %). Every backend and mode; cpu mode needs the
+  # thread's CPU clock as of the tick: the timer thread of :holder and
+  # :nanosleep reads it, :signal's handler.
   def test_work_before_a_long_holding_call_keeps_its_share
     big = "abcdefgh" * 3_000_000
-    [%i[holder wall], %i[signal wall], %i[nanosleep wall], %i[holder cpu], %i[signal cpu]].each do |backend, mode|
+    RPERF_BACKENDS.product(RPERF_MODES).each do |backend, mode|
       spent = Hash.new(0)
       now = -> { Process.clock_gettime(Process::CLOCK_MONOTONIC, :nanosecond) }
       result = Rperf.start(frequency: 1000, mode: mode, backend: backend) do
