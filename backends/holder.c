@@ -267,7 +267,6 @@ static uint64_t ticks;
 static int64_t tick_now;          /* CLOCK_MONOTONIC of the current tick */
 static int64_t interval_ns;
 
-
 /* Timer thread: whether the holder in slot i has run (used a quarter of an
  * interval of CPU time or more) since its previous check. A holder that has
  * not is blocked: inside a call made while it holds its GVL (sleeping,
