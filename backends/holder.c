@@ -229,7 +229,7 @@ static void holder_suspended(void)
 static int holder_tick_cpu(int64_t *cpu_ns, int64_t *mono_ns)
 {
     if (!have_slot()) return -1;
-    return rperf_cpu_reading_take(&table[mine.index].cpu, &mine.cpu_taken, cpu_ns, mono_ns);
+    return rperf_cpu_reading_take(&table[mine.index].cpu, &mine.cpu_taken, 0, cpu_ns, mono_ns);
 }
 
 /* Slots at or past `used` were never claimed since the last clear (all
@@ -286,7 +286,7 @@ static bool holder_ran(int i)
     if (tid <= 0) return false;
     int64_t cpu;
     if (!rperf_cpu_of_tid(tid, &cpu)) return true;
-    if (cpu_clock) rperf_cpu_reading_publish(&table[i].cpu, tid, cpu, tick_now);
+    if (cpu_clock) rperf_cpu_reading_publish(&table[i].cpu, tid, cpu, tick_now, 0);
     int64_t prev = slot_cpu[i];
     slot_cpu[i] = cpu;
     slot_tick[i] = ticks;

@@ -164,7 +164,7 @@ static void signal_holders(int want, bool read_main, int64_t now)
         if (read_main && st == SLOT_MAIN) {
             int32_t tid = atomic_load_explicit(&slots[i].tid, memory_order_relaxed);
             int64_t cpu;
-            if (rperf_cpu_of_tid(tid, &cpu)) rperf_cpu_reading_publish(&main_cpu, tid, cpu, now);
+            if (rperf_cpu_of_tid(tid, &cpu)) rperf_cpu_reading_publish(&main_cpu, tid, cpu, now, 0);
             read_main = false;                 /* one holder at a time */
             continue;
         }
@@ -179,7 +179,7 @@ static void signal_holders(int want, bool read_main, int64_t now)
  * recent enough. */
 static int ns_tick_cpu(int64_t *cpu_ns, int64_t *mono_ns)
 {
-    return rperf_cpu_reading_take(&main_cpu, &main_cpu_taken, cpu_ns, mono_ns);
+    return rperf_cpu_reading_take(&main_cpu, &main_cpu_taken, 0, cpu_ns, mono_ns);
 }
 
 /* A job just numbered this thread (or the host did): that job emptied the

@@ -30,6 +30,7 @@
  */
 #include "tick_signal.h"
 
+#include "cpu_reading.h"
 #include "rperf_core.h"
 
 #include <dirent.h>
@@ -130,22 +131,14 @@ bool rperf_tick_signal_bootstrap_pending(void)
  * before it began. So with read_cpu set the handler reads the clock at each
  * timer tick (the job then makes no reading of its own: one system call
  * per sample either way) and keeps the latest in this native thread's
- * slot. Writer: the handler; reader: the job, on the same native thread,
- * which a handler may interrupt between its loads: an odd-then-even
- * sequence number (signal fences order it: one thread) tells the reader
- * to give up, and `taken` hands each reading out once. A reading belongs
- * to the run it was made in (`run`): one left from an earlier run, or
- * from the parent in a fork child (where the thread CPU clock starts
- * again from zero, so the engine's monotonicity check cannot tell), is
- * never handed out. */
-typedef struct {
-    _Atomic uint32_t seq;
-    uint32_t taken;
-    _Atomic uint32_t run;
-    _Atomic int64_t cpu_ns, mono_ns;
-} tick_reading_t;
-
-static _Thread_local tick_reading_t reading __attribute__((tls_model("initial-exec")));
+ * slot (cpu_reading.h; writer: the handler, reader: the job on the same
+ * native thread, which a handler may interrupt: the sequence number makes
+ * it give up then). A reading belongs to the run it was made in (its tag):
+ * one left from an earlier run, or from the parent in a fork child (where
+ * the thread CPU clock starts again from zero, so the engine's
+ * monotonicity check cannot tell), is never handed out. */
+static _Thread_local rperf_cpu_reading_t reading __attribute__((tls_model("initial-exec")));
+static _Thread_local uint32_t reading_taken __attribute__((tls_model("initial-exec")));
 static _Atomic uint32_t reading_run;   /* bumped at each start and in a fork child */
 
 static void keep_reading(void)
@@ -153,17 +146,10 @@ static void keep_reading(void)
     struct timespec c, m;
     if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c) != 0) return;
     clock_gettime(CLOCK_MONOTONIC, &m);
-    uint32_t s = atomic_load_explicit(&reading.seq, memory_order_relaxed);
-    atomic_store_explicit(&reading.seq, s + 1, memory_order_relaxed);
-    atomic_signal_fence(memory_order_seq_cst);
-    atomic_store_explicit(&reading.run, atomic_load_explicit(&reading_run, memory_order_relaxed),
-                          memory_order_relaxed);
-    atomic_store_explicit(&reading.cpu_ns, (int64_t)c.tv_sec * 1000000000LL + c.tv_nsec,
-                          memory_order_relaxed);
-    atomic_store_explicit(&reading.mono_ns, (int64_t)m.tv_sec * 1000000000LL + m.tv_nsec,
-                          memory_order_relaxed);
-    atomic_signal_fence(memory_order_seq_cst);
-    atomic_store_explicit(&reading.seq, s + 2, memory_order_relaxed);
+    rperf_cpu_reading_publish(&reading, rperf_native_tid(),
+                              (int64_t)c.tv_sec * 1000000000LL + c.tv_nsec,
+                              (int64_t)m.tv_sec * 1000000000LL + m.tv_nsec,
+                              atomic_load_explicit(&reading_run, memory_order_relaxed));
 }
 
 void rperf_tick_signal_read_cpu(bool on)
@@ -174,19 +160,9 @@ void rperf_tick_signal_read_cpu(bool on)
 
 int rperf_tick_signal_tick_cpu(int64_t *cpu_ns, int64_t *mono_ns)
 {
-    uint32_t s = atomic_load_explicit(&reading.seq, memory_order_relaxed);
-    if (s == 0 || s == reading.taken) return -1;
-    atomic_signal_fence(memory_order_seq_cst);
-    uint32_t run = atomic_load_explicit(&reading.run, memory_order_relaxed);
-    int64_t cpu = atomic_load_explicit(&reading.cpu_ns, memory_order_relaxed);
-    int64_t at = atomic_load_explicit(&reading.mono_ns, memory_order_relaxed);
-    atomic_signal_fence(memory_order_seq_cst);
-    if (atomic_load_explicit(&reading.seq, memory_order_relaxed) != s) return -1;
-    if (run != atomic_load_explicit(&reading_run, memory_order_relaxed)) return -1;
-    reading.taken = s;
-    *cpu_ns = cpu;
-    *mono_ns = at;
-    return 0;
+    return rperf_cpu_reading_take(&reading, &reading_taken,
+                                  atomic_load_explicit(&reading_run, memory_order_relaxed), cpu_ns,
+                                  mono_ns);
 }
 
 static void on_signal(int sig, siginfo_t *info, void *uc)
