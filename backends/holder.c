@@ -4,8 +4,9 @@
  * deadline missed by more than a period is counted in timer_overruns and
  * skipped) delivers every tick to the thread that holds the GVL, in every
  * Ractor. The timer interrupt and the thread wake-up land on this thread,
- * not on the application's; a GVL switch writes its own slot (one cache
- * line) and, when the holder changed native thread, main_holder.
+ * not on the application's; a GVL switch stores to its own slot (one
+ * cache line) and, for a main-Ractor holder, to main_holder, and loads
+ * neither (what it last wrote is in its TLS).
  *
  * Who holds a GVL: a table of slots, one per native thread that ran Ruby
  * code during the run (claimed at its first RESUMED, freed when the native
@@ -87,7 +88,7 @@
 enum { HOLDS_NOTHING = 0, HOLDS_MAIN = 1, HOLDS_OTHER = 2 };
 
 /* One cache line per slot: a switch writes only its own slot's line (and
- * main_holder's, when the main Ractor's holder changes native thread). */
+ * main_holder's). */
 typedef struct holder_slot {
     _Alignas(64) _Atomic int32_t tid;   /* native thread; 0 = free slot */
     _Atomic int holds;            /* HOLDS_* */
@@ -107,7 +108,6 @@ static _Atomic int used;          /* table[0..used) may be claimed */
  * under thread churn. */
 static _Atomic int free_hint;
 static _Atomic int other_holders;      /* slots in HOLDS_OTHER */
-static _Atomic uint64_t epoch = 1;     /* bumped per run: stale TLS indices */
 /* The slot that last became the main Ractor's holder (-1: none); it holds
  * the GVL while its slot says HOLDS_MAIN. SUSPENDED leaves it alone. On a
  * line of its own, away from what every switch reads. */
@@ -117,6 +117,7 @@ static struct {
 
 typedef struct my_slot {
     int index;                    /* -1: none */
+    int holds;                    /* what this thread last stored in the slot's holds */
     uint64_t epoch;
     uint32_t cpu_taken;           /* the slot's reading last taken (its seq) */
 } my_slot_t;
@@ -124,32 +125,42 @@ static _Thread_local my_slot_t mine __attribute__((tls_model("initial-exec")));
 static pthread_key_t exit_key;
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 
-static _Atomic int running;
+/* What every switch reads (mark_holder, have_slot), written only at start,
+ * stop and fork: on a line of its own, away from the counters a claim or a
+ * tick writes. */
+static struct {
+    _Alignas(64) _Atomic int running;
+    _Atomic uint64_t epoch;       /* bumped per run: stale TLS indices */
+} live = { 0, 1 };
 static bool mn_main;              /* RUBY_MN_THREADS: main Ractor is M:N */
 static bool cpu_clock;            /* cpu mode: hand the tick's reading to the job */
 
 /* ---- the holder table (own context: thread hooks and the job) ---------------- */
 
-/* Leave the slot's HOLDS_* state, keeping main_holder / other_holders right.
- * Only the slot's own native thread writes its state while a run is live
- * (clear_table runs with nothing inside enter/leave), so a load and a
- * release store do what an exchange would, without a locked instruction
- * inside Ruby's scheduler lock. */
-static void set_holds(int i, int holds)
+/* Set this native thread's slot (mine.index) to a HOLDS_* state, keeping
+ * main_holder / other_holders right. Only the slot's own native thread
+ * writes its state while a run is live (clear_table runs with nothing
+ * inside enter/leave), so what it last wrote is kept in its TLS
+ * (mine.holds) and the slot and main_holder get plain release stores:
+ * no locked instruction inside Ruby's scheduler lock, and no load of a
+ * line another CPU wrote (the previous holder wrote main_holder; a store
+ * to it goes through the store buffer, a load would wait for the line). */
+static void set_holds(int holds)
 {
-    int was = atomic_load_explicit(&table[i].holds, memory_order_relaxed);
+    int i = mine.index;
+    int was = mine.holds;
+    mine.holds = holds;
     if (was != holds) atomic_store_explicit(&table[i].holds, holds, memory_order_release);
     if (was == HOLDS_OTHER && holds != HOLDS_OTHER)
         atomic_fetch_sub_explicit(&other_holders, 1, memory_order_relaxed);
     else if (was != HOLDS_OTHER && holds == HOLDS_OTHER)
         atomic_fetch_add_explicit(&other_holders, 1, memory_order_relaxed);
-    if (holds == HOLDS_MAIN && atomic_load_explicit(&main_holder.slot, memory_order_relaxed) != i)
-        atomic_store_explicit(&main_holder.slot, i, memory_order_release);
+    if (holds == HOLDS_MAIN) atomic_store_explicit(&main_holder.slot, i, memory_order_release);
 }
 
 static bool have_slot(void)
 {
-    return mine.index >= 0 && mine.epoch == atomic_load_explicit(&epoch, memory_order_acquire);
+    return mine.index >= 0 && mine.epoch == atomic_load_explicit(&live.epoch, memory_order_acquire);
 }
 
 static void on_native_thread_exit(void *arg)
@@ -157,7 +168,7 @@ static void on_native_thread_exit(void *arg)
     (void)arg;
     if (have_slot()) {
         int i = mine.index;
-        set_holds(i, HOLDS_NOTHING);
+        set_holds(HOLDS_NOTHING);
         atomic_store(&table[i].tid, 0);
         int h = atomic_load(&free_hint);
         while (i < h && !atomic_compare_exchange_weak(&free_hint, &h, i)) {
@@ -187,7 +198,8 @@ static int claim_slot(void)
         while (n < i + 1 && !atomic_compare_exchange_weak(&used, &n, i + 1)) {
         }
         mine.index = i;
-        mine.epoch = atomic_load(&epoch);
+        mine.holds = HOLDS_NOTHING;   /* clear_table left it so */
+        mine.epoch = atomic_load(&live.epoch);
         pthread_setspecific(exit_key, &mine);
         return i;
     }
@@ -199,7 +211,7 @@ static int claim_slot(void)
  * still name another thread, and the direct trigger is not exact. */
 static void mark_holder(int64_t since, bool keep_since)
 {
-    if (!atomic_load_explicit(&running, memory_order_relaxed)) return;
+    if (!atomic_load_explicit(&live.running, memory_order_relaxed)) return;
     rperf_thread_t *pt = rperf_current_thread_sigsafe();
     int i = claim_slot();
     if (i < 0 || !pt) return;
@@ -207,7 +219,7 @@ static void mark_holder(int64_t since, bool keep_since)
      * whose job identifies it (thread_identified). */
     int holds = rperf_thread_ractor(pt) == 1 ? HOLDS_MAIN : HOLDS_OTHER;
     if (!keep_since) atomic_store_explicit(&table[i].since, since, memory_order_relaxed);
-    set_holds(i, holds);
+    set_holds(holds);
     /* a parked tick thread has a holder again; at RESUMED the wake-up's
      * time is the thread's wait, not its next sample's (elsewhere the
      * engine ignores the flag: it is reset before each RESUMED's call) */
@@ -220,7 +232,7 @@ static void holder_identified(void) { mark_holder(0, true); }
 
 static void holder_suspended(void)
 {
-    if (have_slot()) set_holds(mine.index, HOLDS_NOTHING);
+    if (have_slot()) set_holds(HOLDS_NOTHING);
 }
 
 /* In the job (own): the reading of this native thread's CPU clock the timer
@@ -237,7 +249,7 @@ static int holder_tick_cpu(int64_t *cpu_ns, int64_t *mono_ns)
  * (64 bytes a slot) stay unmapped. */
 static void clear_table(void)
 {
-    atomic_fetch_add(&epoch, 1);
+    atomic_fetch_add(&live.epoch, 1);
     int n = atomic_load(&used);
     for (int i = 0; i < n; i++) {
         atomic_store(&table[i].holds, HOLDS_NOTHING);
@@ -447,22 +459,22 @@ static int holder_start(const rperf_backend_config_t *cfg, char *err, size_t err
     ticks = 1;   /* the first tick is 2: no slot looks checked at a tick before it */
     last_slot = pen_slot = proven_slot = -1;
     pen_streak = pen_left = 0;
-    atomic_store(&running, 1);
+    atomic_store(&live.running, 1);
     if (rperf_timer_thread_start(cfg, deliver, nobody_holds, err, errlen) == 0) return 0;
-    atomic_store(&running, 0);
+    atomic_store(&live.running, 0);
     return -1;
 }
 
 static void holder_stop(void)
 {
-    atomic_store(&running, 0);
+    atomic_store(&live.running, 0);
     rperf_timer_thread_stop();
     clear_table();
 }
 
 static void holder_after_fork_child(void)
 {
-    atomic_store(&running, 0);
+    atomic_store(&live.running, 0);
     rperf_timer_thread_after_fork();   /* the timer thread does not exist here */
     clear_table();
     mine.index = -1;

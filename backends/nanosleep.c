@@ -25,7 +25,7 @@
  * still unknown (0) there is another Ractor's, not numbered yet (`new`). The one
  * main-Ractor thread that reaches thread_resumed unidentified is the caller
  * of start, attached by the engine right after ns_start and identified by
- * the host just after that: ns_start marks its native thread (`starting`),
+ * the host just after that: ns_start marks its native thread (`tls.starting`),
  * which counts as main until the caller is identified or suspends.
  * At start every runnable task except the main Ractor's threads (with
  * RUBY_MN_THREADS=1: except the caller) gets one bootstrap signal
@@ -74,9 +74,13 @@ typedef struct slot {
     _Atomic int state;
 } slot_t;
 
+/* This native thread's TLS (one struct: glibc's static TLS area is small
+ * and shared, see test_static_tls_block_stays_small). */
 typedef struct nt_slot {
     int idx;                      /* -1: none */
+    uint32_t cpu_taken;           /* main_cpu's reading last taken (its seq) */
     uint64_t gen;
+    uint64_t starting;            /* == gen: this native thread runs start's caller */
 } nt_slot_t;
 
 static slot_t slots[MAX_SLOTS];
@@ -85,7 +89,6 @@ static _Thread_local nt_slot_t tls __attribute__((tls_model("initial-exec")));
 static pthread_key_t exit_key;
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 static _Atomic uint64_t gen = 1;
-static _Thread_local uint64_t starting __attribute__((tls_model("initial-exec")));  /* == gen */
 
 static _Atomic int running;
 /* cpu mode: the main Ractor holder's CPU clock, read by the timer thread
@@ -94,7 +97,6 @@ static _Atomic int running;
  * call that kept the GVL) ends its sample at the tick */
 static bool cpu_clock;
 static rperf_cpu_reading_t main_cpu;
-static _Thread_local uint32_t main_cpu_taken __attribute__((tls_model("initial-exec")));
 
 /* ---- GVL-holder slots (own context) --------------------------------------- */
 
@@ -137,7 +139,7 @@ static int holder_state(void)
     if (!pt) return SLOT_IDLE;
     uint32_t ractor = rperf_thread_ractor(pt);
     if (ractor == 1) return SLOT_MAIN;
-    if (ractor == 0) return starting == atomic_load(&gen) ? SLOT_MAIN : SLOT_NEW;  /* MAIN: start's caller */
+    if (ractor == 0) return tls.starting == atomic_load(&gen) ? SLOT_MAIN : SLOT_NEW;  /* MAIN: start's caller */
     return SLOT_OTHER;
 }
 
@@ -179,7 +181,7 @@ static void signal_holders(int want, bool read_main, int64_t now)
  * recent enough. */
 static int ns_tick_cpu(int64_t *cpu_ns, int64_t *mono_ns)
 {
-    return rperf_cpu_reading_take(&main_cpu, &main_cpu_taken, 0, cpu_ns, mono_ns);
+    return rperf_cpu_reading_take(&main_cpu, &tls.cpu_taken, 0, cpu_ns, mono_ns);
 }
 
 /* A job just numbered this thread (or the host did): that job emptied the
@@ -190,14 +192,14 @@ static int ns_tick_cpu(int64_t *cpu_ns, int64_t *mono_ns)
  * Ractor lives. */
 static void ns_thread_identified(void)
 {
-    starting = 0;
+    tls.starting = 0;
     ns_thread_resumed();
     if (atomic_load_explicit(&running, memory_order_relaxed)) signal_holders(SLOT_NEW, false, 0);
 }
 
 static void ns_thread_suspended(void)
 {
-    starting = 0;
+    tls.starting = 0;
     if (tls.idx < 0 || tls.gen != atomic_load(&gen)) return;
     atomic_store_explicit(&slots[tls.idx].state, SLOT_IDLE, memory_order_release);
 }
@@ -251,7 +253,7 @@ static int ns_start(const rperf_backend_config_t *cfg, char *err, size_t errlen)
     consumed = false;
     cpu_clock = cfg->cpu_clock != 0;
     rperf_cpu_reading_reset(&main_cpu);
-    starting = atomic_load(&gen);   /* this native thread runs the caller (main Ractor) */
+    tls.starting = atomic_load(&gen);   /* this native thread runs the caller (main Ractor) */
     atomic_store(&running, 1);
     if (rperf_timer_thread_start(cfg, deliver, nobody_holds, err, errlen) == 0) return 0;
     atomic_store(&running, 0);

@@ -33,6 +33,9 @@ static struct {
 #define JE_MALLOCX_ARENA(a) ((int)(((unsigned)(a) + 1) << 20))
 #define JE_MALLOCX_TCACHE_NONE (((int)(-1 + 2)) << 8) /* MALLOCX_TCACHE(-1) */
 #define JE_MALLOCX_ZERO ((int)0x40)
+#define JE_MALLOCX_LG_ALIGN(la) ((int)(la))
+#define LINE 64
+#define LG_LINE 6
 
 int rperf__alloc_init(void)
 {
@@ -88,6 +91,33 @@ void *rperf__calloc(size_t n, size_t size)
     }
     if (p) atomic_fetch_add_explicit(&A.bytes, total, memory_order_relaxed);
     return p;
+}
+
+/* Zeroed, starting on a cache line, for the per-thread state whose fields
+ * a GVL switch touches (kept in the first lines of the struct). Freed with
+ * rperf__free_lines and the same size. */
+void *rperf__calloc_lines(size_t size)
+{
+    size_t total = (size + LINE - 1) / LINE * LINE;
+    if (total < size || total == 0) return NULL;
+    void *p;
+    if (A.use_jemalloc) {
+        p = A.mallocx(total, A.flags | JE_MALLOCX_ZERO | JE_MALLOCX_LG_ALIGN(LG_LINE));
+    } else {
+        p = aligned_alloc(LINE, total);
+        if (p) memset(p, 0, total);
+    }
+    if (p) atomic_fetch_add_explicit(&A.bytes, total, memory_order_relaxed);
+    return p;
+}
+
+void rperf__free_lines(void *p, size_t size)
+{
+    if (!p) return;
+    size_t total = (size + LINE - 1) / LINE * LINE;
+    atomic_fetch_sub_explicit(&A.bytes, total, memory_order_relaxed);
+    if (A.use_jemalloc) A.sdallocx(p, total, A.flags | JE_MALLOCX_LG_ALIGN(LG_LINE));
+    else free(p);
 }
 
 void rperf__free(void *p, size_t size)

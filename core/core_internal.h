@@ -61,6 +61,8 @@ int rperf__alloc_init(void);
 void *rperf__alloc(size_t size);
 void *rperf__calloc(size_t n, size_t size);
 void rperf__free(void *p, size_t size);
+void *rperf__calloc_lines(size_t size);           /* zeroed, 64-byte aligned */
+void rperf__free_lines(void *p, size_t size);
 void *rperf__alloc_pages(size_t size);            /* contents undefined */
 void rperf__free_pages(void *p, size_t size);
 void rperf__pages_release_cache(void);
@@ -83,11 +85,11 @@ typedef struct rperf_nt {
     _Atomic uint64_t ready_switches;
     int32_t tid;
     bool resume_slow;        /* set by the backend during this RESUMED */
-    uint32_t stripe;         /* 1 + its quiescence stripe (engine.c); 0: none yet */
     /* the largest value of this native thread's CPU clock the engine has
      * used (its own readings and a backend's, cpu mode): a reading smaller
      * than it was taken before one already used, and is not taken */
     int64_t cpu_hi;
+    uint32_t stripe;         /* 1 + its quiescence stripe (engine.c); 0: none yet */
 } rperf_nt_t;
 
 rperf_nt_t *rperf__nt(void);
@@ -95,18 +97,17 @@ rperf_nt_t *rperf__nt(void);
 /* ---- per-Ruby-thread state ---------------------------------------------- */
 
 struct rperf_thread {
-    /* Touched by the thread's own GVL events (RESUMED/SUSPENDED, and READY
-     * from the waking thread): kept together at the start (120 bytes), so
-     * an event touches as few cache lines as the allocation allows. (A
-     * 64-byte-aligned allocation measured no different on 2 vCPUs.) */
+    /* Touched by the thread's own GVL events (RESUMED/SUSPENDED, with the
+     * READY time its RESUMED brings along): kept together in the first 124
+     * bytes, which are two cache lines (the allocation is 64-byte aligned:
+     * jemalloc's 384-byte class), so a switch touches two lines of it.
+     * What only samples, GC steps and the worker use comes after. */
     int64_t cpu_acc;               /* on-GVL CPU ns of this Ruby thread */
     int64_t cpu_mark;              /* native CPU clock reading that opens the current
                                       on-GVL interval, -1 when closed (cpu mode) */
     int64_t mark_mono;             /* monotonic time of that reading */
     int64_t mark_idle;             /* of the wall time since, how much was spent
                                       waiting for the GVL after READY (no CPU) */
-    int64_t last_cpu;              /* cpu_acc-based time at the last sample */
-    int64_t last_wall;             /* monotonic time at the last sample */
     int64_t susp_wall;             /* SUSPENDED time (0: none pending) */
     int64_t susp_native_cpu;       /* native CPU clock at SUSPENDED, -1 not read
                                       (the interval stayed open, cpu mode) */
@@ -121,23 +122,27 @@ struct rperf_thread {
      * shorter than an interval are sampled, see resume_wall) */
     int64_t pend_blocked;
     int64_t pend_wait;
-    /* time in short GVL blocks (wall mode) and in GC steps (both modes)
-     * still to go before the next one is sampled (0: none drawn yet in
-     * this run), and the state of the generator of those gaps. Own
-     * context only. */
+    /* time in short GVL blocks (wall mode) still to go before the next one
+     * is sampled (0: none drawn yet in this run), and the state of the
+     * generator of such gaps (next_gap). Own context only. */
     int64_t gvl_left;
-    int64_t gc_left;
     uint32_t gap_rng;
+    _Atomic uint32_t ractor_id;    /* Ruby's Ractor id, 0 = not known yet */
+    int fresh;                     /* created, not yet run (own, then cleared) */
+    int migrates;                  /* cpu mode: resumed on another native thread
+                                      once; SUSPENDED then always reads the clock */
+    int32_t native_tid;            /* where it last resumed */
+
+    int64_t last_cpu;              /* cpu_acc-based time at the last sample */
+    int64_t last_wall;             /* monotonic time at the last sample */
+    /* time in GC steps still to go before the next one is sampled (as
+     * gvl_left, both modes) */
+    int64_t gc_left;
     /* both modes: [GC marking] / [GC sweeping] time not yet recorded (GC
      * steps are sampled by their time, see rperf_ev_gc) */
     int64_t pend_gc_mark;
     int64_t pend_gc_sweep;
-    _Atomic uint32_t ractor_id;    /* Ruby's Ractor id, 0 = not known yet */
     _Atomic uint32_t label_set_id;
-    int32_t native_tid;
-    int fresh;                     /* created, not yet run (own, then cleared) */
-    int migrates;                  /* cpu mode: resumed on another native thread
-                                      once; SUSPENDED then always reads the clock */
     /* ring: producer = the thread itself, consumer = the worker. A chain of
      * segments (ring.c): the producer writes the last, the consumer drains
      * the first; a full segment is followed by one 4x larger. */
@@ -295,18 +300,24 @@ void rperf__worker_fork_child(void);
 
 /* ---- engine globals (engine.c) ------------------------------------------ */
 
-/* Read on every hook event, written only at start/stop/fork: kept apart
- * from the counters written per tick and per thread (the _Alignas member
- * below starts a new cache line), so GVL switches on other CPUs do not
- * miss on it. Jobs and hooks in flight are counted per stripe (engine.c). */
+/* The first line is what every GVL event reads (running, run_id, the
+ * interval, the window's start, and the config's clock, backend and
+ * main_mn, which rperf_config_t puts first), written only at start, stop,
+ * a window's clear and fork: one line per event, which no switch or tick
+ * writes. The counters written per tick and per thread start a line of
+ * their own (the _Alignas member below). Jobs and hooks in flight are
+ * counted per stripe (engine.c). */
 typedef struct rperf_engine {
-    rperf_host_t host;
-    rperf_config_t cfg;
     _Atomic int running;
     _Atomic int has_results;
     _Atomic int fork_reset_needed;
     uint64_t run_id;
     int64_t interval_ns;
+    /* when the run or the current snapshot window (clear: true) began;
+     * written with the GVL held, read by threads' hooks (RESUMED) */
+    _Atomic int64_t start_mono_ns;
+    rperf_config_t cfg;
+    rperf_host_t host;
 
     _Alignas(64) _Atomic uint64_t trigger_count;
     _Atomic uint64_t outstanding;      /* ticks not yet consumed by a job */
@@ -323,9 +334,6 @@ typedef struct rperf_engine {
     _Atomic int unsettled;              /* created (STARTED), not yet run or exited */
     _Atomic int thread_new_failed;      /* a thread of this run went unprofiled */
     int64_t start_real_ns;
-    /* when the run or the current snapshot window (clear: true) began;
-     * written with the GVL held, read by threads' hooks (RESUMED) */
-    _Atomic int64_t start_mono_ns;
     /* when the current window was closed (pause for a snapshot, stop): the
      * end of its duration and the start of the next window; 0 while open */
     int64_t close_mono_ns;

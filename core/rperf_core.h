@@ -80,8 +80,12 @@ typedef struct rperf_host {
 } rperf_host_t;
 
 typedef struct rperf_config {
+    /* read at every GVL event: first (the engine keeps them on one line) */
     int frequency;            /* Hz, 1..10000 */
     int clock;                /* RPERF_CLOCK_CPU / RPERF_CLOCK_WALL */
+    const struct rperf_backend_ops *backend;
+    bool main_mn;             /* the main Ractor runs M:N threads (several Ruby
+                                 threads share a native thread) */
     bool aggregate;           /* false: keep raw samples */
     uint32_t ring_slots;      /* power of two, >= 1024 */
     int signo;                /* signal for the signal backend (0 = default) */
@@ -89,9 +93,6 @@ typedef struct rperf_config {
                                  start so their running threads register */
     const int32_t *bootstrap_skip; /* sorted tids the bootstrap leaves out */
     size_t bootstrap_nskip;
-    bool main_mn;             /* the main Ractor runs M:N threads (several Ruby
-                                 threads share a native thread) */
-    const struct rperf_backend_ops *backend;
 } rperf_config_t;
 
 typedef struct rperf_stats {

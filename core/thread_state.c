@@ -21,7 +21,11 @@
 
 #include <sys/syscall.h>
 #include <unistd.h>
+#include <stddef.h>
 #include <string.h>
+
+/* what a GVL switch touches stays within the state's first two lines */
+_Static_assert(offsetof(struct rperf_thread, last_cpu) <= 128, "switch fields past two lines");
 
 static _Thread_local rperf_nt_t nt_tls __attribute__((tls_model("initial-exec")));
 rperf_thread_t *_Atomic rperf__threads;
@@ -72,10 +76,10 @@ static rperf_thread_t *thread_new_failed(void)
 
 rperf_thread_t *rperf_thread_new(rperf_thread_origin_t origin)
 {
-    rperf_thread_t *pt = rperf__calloc(1, sizeof(*pt));
+    rperf_thread_t *pt = rperf__calloc_lines(sizeof(*pt));
     if (!pt) return thread_new_failed();
     if (rperf__ring_init(pt, rperf__engine.cfg.ring_slots) < 0) {
-        rperf__free(pt, sizeof(*pt));
+        rperf__free_lines(pt, sizeof(*pt));
         return thread_new_failed();
     }
     pt->seq = atomic_fetch_add(&rperf__engine.thread_seq, 1) + 1;
@@ -110,7 +114,7 @@ rperf_thread_t *rperf_thread_new(rperf_thread_origin_t origin)
 void rperf__thread_destroy(rperf_thread_t *pt)
 {
     rperf__ring_free(pt);
-    rperf__free(pt, sizeof(*pt));
+    rperf__free_lines(pt, sizeof(*pt));
 }
 
 static void destroy_cb(ck_epoch_entry_t *e)

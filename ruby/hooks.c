@@ -12,7 +12,7 @@
  * triggers the job on itself (rb_postponed_job_trigger, as from a signal
  * handler), so its Ractor is numbered without waiting for a tick. READY of
  * the thread that last suspended on the same native thread only stamps this
- * native thread's state (no enter/leave, see suspended_here; under M:N the
+ * native thread's state (no enter/leave, see here.suspended; under M:N the
  * thread's slot below gets the time too, as the native thread may run
  * others before it resumes); any other
  * READY stores its time in the readied thread's thread-specific slot
@@ -21,7 +21,7 @@
  * time with it; cpu mode learns that the thread slept, so its time off the
  * GVL needs no CPU clock reading.)
  * RESUMED and SUSPENDED of a main-Ractor thread on a native thread of its
- * own skip enter/leave (main_nt).
+ * own skip enter/leave (`held`, see `here`).
  * gc_hook runs inside GC on the thread
  * that runs the GC step: no allocation, no Ruby calls. install/remove run
  * with the GVL held (never from inside a hook).
@@ -42,26 +42,45 @@
 
 static rb_internal_thread_event_hook_t *thread_hook_handle;
 static int gc_hook_installed;         /* the main Ractor's GC hook */
-/* The Ruby thread that last SUSPENDED on this native thread. Its READY on
- * the same native thread (the end of a blocking region: IO, sleep, C calls
- * that release the GVL) needs no state lookup and no enter/leave: the
- * engine keeps the time in this native thread's state
- * (rperf_ev_ready_here). READY on another native thread (a Queue or Mutex
- * waker readying a sleeper) goes on the sleeper's thread-specific slot. */
-static _Thread_local VALUE suspended_here __attribute__((tls_model("initial-exec")));
-/* This native thread runs a main-Ractor thread of its own (1:1 threads:
- * set at its RESUMED, cleared at its EXITED; never under
- * RUBY_MN_THREADS=1, where native threads are shared). Its RESUMED and
- * SUSPENDED then skip enter/leave: both fire while the thread holds the
- * main Ractor's GVL (Ruby 3.3 thread_pthread.c: RESUMED once it is the
- * running thread, SUSPENDED before it hands the GVL on), and everything
- * that stops the engine or frees its state runs holding that GVL too
- * (stop, release, start; fork and VM teardown have no other thread), so
- * such a hook never overlaps them. Two locked read-modify-writes and a
- * cache line fewer per event, four per GVL switch. Other Ractors' threads
- * (their own GVLs), READY (no GVL) and STARTED/EXITED keep enter/leave. */
-static _Thread_local bool main_nt __attribute__((tls_model("initial-exec")));
+/* This native thread's view of the hook (every event reads it first). */
+static _Thread_local struct {
+    /* The Ruby thread that last SUSPENDED on this native thread. Its READY
+     * on the same native thread (the end of a blocking region: IO, sleep,
+     * C calls that release the GVL) needs no state lookup and no
+     * enter/leave: the engine keeps the time in this native thread's state
+     * (rperf_ev_ready_here). READY on another native thread (a Queue or
+     * Mutex waker readying a sleeper) goes on the sleeper's thread-specific
+     * slot. */
+    VALUE suspended;
+    /* The main-Ractor thread this native thread runs as its own (1:1
+     * threads: set at its RESUMED, cleared at its EXITED; never under
+     * RUBY_MN_THREADS=1, where native threads are shared), its engine state
+     * and its token: its RESUMED and SUSPENDED find the state without the
+     * token lookup (two more cache lines per event). It counts only for
+     * that Ruby thread and in the run of the token (own_state): a 1:1
+     * native thread runs one Ruby thread until that thread's EXITED, a
+     * state lives until its thread has exited, and the token's run part
+     * makes what an earlier run (or a fork's parent) left here stale, an
+     * EXITED missed while stopped (the hook removed) included.
+     * That thread's RESUMED and SUSPENDED also skip enter/leave (`held`):
+     * both fire while it holds the main Ractor's GVL (Ruby 3.3
+     * thread_pthread.c: RESUMED once it is the running thread, SUSPENDED
+     * before it hands the GVL on), and everything that stops the engine or
+     * frees its state runs holding that GVL too (stop, release, start;
+     * fork and VM teardown have no other thread), so such a hook never
+     * overlaps them. Two locked read-modify-writes and a cache line fewer
+     * per event, four per GVL switch. Other Ractors' threads (their own
+     * GVLs), READY (no GVL) and STARTED/EXITED keep enter/leave. */
+    VALUE own_th;
+    uintptr_t own_token;
+    rperf_thread_t *own_pt;
+} here __attribute__((tls_model("initial-exec")));
 static bool mn_main;
+
+static rperf_thread_t *own_state(VALUE th)
+{
+    return here.own_th == th && rperf_thread_token_this_run(here.own_token) ? here.own_pt : NULL;
+}
 
 static void thread_hook(rb_event_flag_t ev, const rb_internal_thread_event_data_t *data,
                         void *arg)
@@ -69,7 +88,7 @@ static void thread_hook(rb_event_flag_t ev, const rb_internal_thread_event_data_
     (void)arg;
     VALUE th = data->thread;
     if (ev & RUBY_INTERNAL_THREAD_EVENT_READY) {
-        if (th == suspended_here) {
+        if (th == here.suspended) {
             int64_t now = rperf_ev_ready_here();
             /* Under M:N this native thread may run other Ruby threads
              * before th resumes (a time-slice yield between two spinners
@@ -87,10 +106,12 @@ static void thread_hook(rb_event_flag_t ev, const rb_internal_thread_event_data_
         }
         return;
     }
-    bool held = main_nt && (ev & (RUBY_INTERNAL_THREAD_EVENT_RESUMED |
-                                  RUBY_INTERNAL_THREAD_EVENT_SUSPENDED));
+    rperf_thread_t *pt = NULL;
+    if (ev & (RUBY_INTERNAL_THREAD_EVENT_RESUMED | RUBY_INTERNAL_THREAD_EVENT_SUSPENDED))
+        pt = own_state(th);
+    bool held = pt != NULL;       /* this native thread's own, this run */
     if (held ? !rperf_engine_running() : !rperf_engine_enter()) return;
-    rperf_thread_t *pt = rperf_rb_thread_state(th);
+    if (!pt) pt = rperf_rb_thread_state(th);
     if (ev & RUBY_INTERNAL_THREAD_EVENT_STARTED) {
         if (!pt) {
             pt = rperf_thread_new(RPERF_THREAD_CREATED);
@@ -120,20 +141,25 @@ static void thread_hook(rb_event_flag_t ev, const rb_internal_thread_event_data_
             /* another Ractor's, not numbered yet: ask for the job here, so
              * it is numbered without waiting for a backend tick */
             if (id == 0) rperf_engine_register_sigsafe();
-            else if (id == 1 && !mn_main) main_nt = true;
+            else if (id == 1 && !mn_main && !held) {
+                here.own_th = th;
+                here.own_token = rperf_thread_token(pt);
+                here.own_pt = pt;
+            }
         }
     } else if (ev & RUBY_INTERNAL_THREAD_EVENT_SUSPENDED) {
         if (pt) rperf_ev_suspended(pt);
-        suspended_here = th;
-        /* a READY kept from an earlier suspension must not count for this
-         * one (RESUMED also ignores one older than SUSPENDED) */
-        rb_internal_thread_specific_set(th, rperf_rb_ready_key, NULL);
+        here.suspended = th;
+        /* A READY time kept on th from an earlier suspension stays: it is
+         * older than this SUSPENDED, and the engine ignores such a time
+         * (RESUMED and a window's close alike), so th's line is not
+         * written here. */
     } else if (ev & RUBY_INTERNAL_THREAD_EVENT_EXITED) {
         /* the token stays on the Thread: it says "met in this run"
          * (window.c); the state it names is freed once drained */
         if (pt) rperf_ev_exited(pt);
-        suspended_here = 0;
-        main_nt = false;             /* the native thread may serve another */
+        here.suspended = 0;
+        here.own_th = 0;             /* the native thread may serve another */
     }
     if (!held) rperf_engine_leave();
 }

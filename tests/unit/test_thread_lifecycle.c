@@ -241,6 +241,47 @@ RPERF_TEST(a_windows_close_records_the_blocks_in_progress)
     rperf_engine_release();
 }
 
+/* The host hands a READY time over at RESUMED (rperf_ev_ready_at) from
+ * where the waker left it on the Ruby thread, and does not clear it at
+ * SUSPENDED (one store fewer per switch, on a line the waker wrote): the
+ * next RESUMED may hand over the same, older time again. The engine must
+ * ignore a READY older than the suspension: that suspension's whole time
+ * is [GVL blocked] (with the old time taken, 2 of its 3 ms would be
+ * [GVL wait] and more than its length in all). */
+RPERF_TEST(a_ready_time_older_than_the_suspension_is_ignored)
+{
+    start_wall();
+    stack[0] = 0x2000; stack[1] = 0x2008; stack[2] = 0x2010;
+    depth = 3;
+    rperf_thread_t *pt = rperf_thread_new(RPERF_THREAD_CREATED);
+    RPERF_CHECK(pt != NULL);
+    rperf_ev_resumed(pt);
+    rperf_ev_suspended(pt);          /* a first block: 1 ms, then ready */
+    let_ns_pass(1000000);
+    int64_t ready = rperf__mono_ns();
+    let_ns_pass(1000000);            /* waits 1 ms for its turn */
+    rperf_ev_ready_at(pt, ready);
+    rperf_ev_resumed(pt);
+    rperf_ev_suspended(pt);          /* a second block, 3 ms */
+    int64_t second = rperf__mono_ns();
+    let_ns_pass(3000000);
+    rperf_ev_ready_at(pt, ready);    /* the first block's READY, again */
+    rperf_ev_resumed(pt);
+    int64_t resumed = rperf__mono_ns();
+    rperf_ev_suspended(pt);
+    rperf_ev_exited(pt);
+    rperf_engine_stop();
+    on_blocked_stack_t b = { pt->seq, frame_id_of(0x2000), 0, 0, 0 };
+    RPERF_CHECK(b.leaf_id != 0);
+    rperf_result_each_aggregated(scan_blocked, &b);
+    /* the first block: >= 1 ms each; the second: blocked only */
+    RPERF_CHECK(b.wait >= 1000000);
+    RPERF_CHECK(b.wait < 2000000);
+    RPERF_CHECK(b.blocked >= 4000000);
+    RPERF_CHECK(b.blocked <= resumed - second + 2000000);
+    rperf_engine_release();
+}
+
 /* Threads the close leaves alone: one with no host handle, one of another
  * Ractor, one the host has no stack for: their blocks wait for RESUMED. */
 RPERF_TEST(a_windows_close_leaves_threads_it_cannot_read)
@@ -991,6 +1032,7 @@ int main(void)
                      RPERF_CASE(existing_thread_is_weighed_for_its_run_after_its_first_block),
                      RPERF_CASE(a_block_across_a_cleared_window_counts_only_in_its_window),
                      RPERF_CASE(a_windows_close_records_the_blocks_in_progress),
+                     RPERF_CASE(a_ready_time_older_than_the_suspension_is_ignored),
                      RPERF_CASE(a_windows_close_leaves_threads_it_cannot_read),
                      RPERF_CASE(new_thread_is_not_charged_for_its_first_wait),
                      RPERF_CASE(thread_table_keeps_exited_threads),
