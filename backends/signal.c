@@ -166,7 +166,7 @@ static int sig_start(const rperf_backend_config_t *cfg, char *err, size_t errlen
     rperf_tick_signal_read_cpu(cfg->cpu_clock != 0);
     atomic_fetch_add(&gen, 1);
     atomic_store(&running, 1);
-    if (cfg->bootstrap) rperf_tick_signal_bootstrap(cfg->bootstrap_skip, cfg->bootstrap_nskip);
+    if (cfg->bootstrap) rperf_tick_signal_bootstrap(cfg->bootstrap_skip, cfg->bootstrap_nskip, 0);
     return 0;
 }
 

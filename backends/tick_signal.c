@@ -246,7 +246,9 @@ int rperf_tick_signal_send(pid_t tid)
     return (int)syscall(SYS_tgkill, (pid_t)getpid(), tid, signo);
 }
 
-char rperf_task_state(pid_t tid)
+/* Task `tid`'s state letter from /proc/self/task/<tid>/stat (0: unknown),
+ * and whether its name (comm) is `name` (when not NULL). */
+static char task_stat(pid_t tid, const char *name, bool *named)
 {
     char path[64], buf[256];
     snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
@@ -257,14 +259,29 @@ char rperf_task_state(pid_t tid)
     if (n <= 0) return 0;
     buf[n] = '\0';
     const char *paren = strrchr(buf, ')');   /* "tid (comm) S ...": comm may hold spaces */
+    if (name) {
+        const char *open_paren = strchr(buf, '(');
+        size_t len = strlen(name);
+        *named = open_paren && paren && (size_t)(paren - open_paren - 1) == len &&
+                 memcmp(open_paren + 1, name, len) == 0;
+    }
     return paren && paren[1] == ' ' ? paren[2] : 0;
 }
+
+char rperf_task_state(pid_t tid) { return task_stat(tid, NULL, NULL); }
 
 /* Is task `tid` runnable (state R)? A thread that holds a GVL and runs Ruby
  * code is; a sleeping one (Ruby's timer thread in epoll_wait, idle M:N
  * native threads, threads blocked outside the GVL) is not and will see
- * RESUMED before it runs Ruby code again. */
-static bool task_runnable(long tid) { return rperf_task_state((pid_t)tid) == 'R'; }
+ * RESUMED before it runs Ruby code again. The profiler's worker, just
+ * created and often still runnable at the scan, is not a Ruby thread:
+ * named by its creator before the scan (core/worker.c), it is left out
+ * (no status read, no signal; its handler would find no Ruby thread). */
+static bool task_runnable(long tid)
+{
+    bool worker = false;
+    return task_stat((pid_t)tid, "rperf-worker", &worker) == 'R' && !worker;
+}
 
 /* Does task `tid` block the tick signal (SigBlk in /proc/self/task/<tid>/
  * status)? Ruby threads never do; a helper thread that blocks every signal
@@ -298,7 +315,7 @@ static int cmp_tid(const void *a, const void *b)
  * main Ractor's threads, none of which can hold a GVL now (the caller of
  * start holds theirs), so a process with many parked threads pays no /proc
  * read per thread (~12 us each on a VM). */
-void rperf_tick_signal_bootstrap(const int32_t *skip, size_t nskip)
+void rperf_tick_signal_bootstrap(const int32_t *skip, size_t nskip, int32_t helper)
 {
     pid_t self = (pid_t)syscall(SYS_gettid);
     boot_clear();
@@ -311,7 +328,7 @@ void rperf_tick_signal_bootstrap(const int32_t *skip, size_t nskip)
     while ((e = readdir(d)) != NULL) {
         char *end;
         long tid = strtol(e->d_name, &end, 10);
-        if (*end != '\0' || tid <= 0 || (pid_t)tid == self) continue;
+        if (*end != '\0' || tid <= 0 || (pid_t)tid == self || tid == helper) continue;
         int32_t key = (int32_t)tid;
         if (nskip && bsearch(&key, skip, nskip, sizeof(*skip), cmp_tid)) continue;
         if (!task_runnable(tid)) continue;

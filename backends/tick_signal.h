@@ -27,8 +27,10 @@ int rperf_tick_signal_tick_cpu(int64_t *cpu_ns, int64_t *mono_ns);
 int rperf_tick_signal_number(void);
 /* GVL held: send the signal once to every other runnable task of the
  * process, so threads that hold a GVL since before the start (and may never
- * switch) register themselves from their own sampling job. */
-void rperf_tick_signal_bootstrap(const int32_t *skip, size_t nskip);
+ * switch) register themselves from their own sampling job. Tasks in `skip`
+ * (sorted) and `helper` (the backend's own thread, 0: none) are left out
+ * without a /proc read. */
+void rperf_tick_signal_bootstrap(const int32_t *skip, size_t nskip, int32_t helper);
 /* Any context (async-signal-safe): signal again, at most every 2 ms and
  * for at most 50 rounds, the tasks the bootstrap reached whose own handler
  * has not yet seen them registered (see tick_signal.c). Cheap when none. */

@@ -83,6 +83,7 @@ static rperf_idle_fn idle_fn;
  * same size and representation on every target Linux supports here. */
 static _Atomic uint32_t parked;
 static sem_t up;                  /* posted once the thread runs */
+static int32_t tick_tid;          /* its kernel tid, set before it posts up */
 
 static int64_t mono_ns(void)
 {
@@ -231,6 +232,7 @@ static void *tick_main(void *arg)
 {
     (void)arg;
     prctl(PR_SET_NAME, "rperf-timer", 0, 0, 0);   /* for top -H, ps -L, gdb */
+    tick_tid = (int32_t)syscall(SYS_gettid);      /* the bootstrap leaves it out */
     ask_short_slice();
     int64_t deadline = mono_ns() + period;
     int idle_ticks = 0;
@@ -293,7 +295,7 @@ int rperf_timer_thread_start(const rperf_backend_config_t *cfg, rperf_deliver_fn
     sem_destroy(&up);   /* glibc: safe once sem_wait returned */
     started = 1;
     rperf_engine_ticker_on(true);
-    if (cfg->bootstrap) rperf_tick_signal_bootstrap(cfg->bootstrap_skip, cfg->bootstrap_nskip);
+    if (cfg->bootstrap) rperf_tick_signal_bootstrap(cfg->bootstrap_skip, cfg->bootstrap_nskip, tick_tid);
     return 0;
 }
 

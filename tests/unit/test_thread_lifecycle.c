@@ -355,6 +355,29 @@ RPERF_TEST(thread_table_keeps_exited_threads)
     rperf_engine_release();
 }
 
+/* The thread index grows by chunks of 1,024 threads; a release frees every
+ * chunk the run allocated (a reset visits only those up to the highest
+ * one used), so a run that met 1,100 threads leaves nothing behind. */
+RPERF_TEST(a_release_frees_the_whole_thread_index)
+{
+    size_t base = rperf_engine_memory_bytes();
+    start_wall();
+    rperf_thread_t *last = NULL;
+    for (int i = 0; i < 1100; i++) last = rperf_thread_new(RPERF_THREAD_CREATED);
+    RPERF_CHECK(last != NULL);
+    RPERF_CHECK(rperf_thread_seq(last) > 1024);             /* in the second chunk */
+    RPERF_CHECK(rperf_thread_from_token(rperf_thread_token(last)) == last);
+    rperf_engine_stop();
+    rperf_engine_release();
+    RPERF_CHECK_EQ(rperf_engine_memory_bytes(), base);
+    start_wall();                                           /* and the next run starts empty */
+    rperf_thread_t *pt = rperf_thread_new(RPERF_THREAD_CREATED);
+    RPERF_CHECK_EQ(rperf_thread_seq(pt), 2);
+    rperf_engine_stop();
+    rperf_engine_release();
+    RPERF_CHECK_EQ(rperf_engine_memory_bytes(), base);
+}
+
 RPERF_TEST(tokens_never_name_state_of_another_run)
 {
     rperf_thread_t *main_pt = start_wall();
@@ -1033,6 +1056,7 @@ int main(void)
                      RPERF_CASE(a_block_across_a_cleared_window_counts_only_in_its_window),
                      RPERF_CASE(a_windows_close_records_the_blocks_in_progress),
                      RPERF_CASE(a_ready_time_older_than_the_suspension_is_ignored),
+                     RPERF_CASE(a_release_frees_the_whole_thread_index),
                      RPERF_CASE(a_windows_close_leaves_threads_it_cannot_read),
                      RPERF_CASE(new_thread_is_not_charged_for_its_first_wait),
                      RPERF_CASE(thread_table_keeps_exited_threads),
