@@ -280,7 +280,7 @@ char rperf_task_state(pid_t tid) { return task_stat(tid, NULL, NULL); }
 static bool task_runnable(long tid)
 {
     bool worker = false;
-    return task_stat((pid_t)tid, "rperf-worker", &worker) == 'R' && !worker;
+    return task_stat((pid_t)tid, RPERF_WORKER_THREAD_NAME, &worker) == 'R' && !worker;
 }
 
 /* Does task `tid` block the tick signal (SigBlk in /proc/self/task/<tid>/

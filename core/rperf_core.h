@@ -135,6 +135,9 @@ const rperf_config_t *rperf_engine_config(void);
 void rperf_engine_stats(rperf_stats_t *out);
 size_t rperf_engine_memory_bytes(void);
 const char *rperf_engine_allocator(void);
+/* The aggregation worker's thread name (top -H, ps -L, gdb), set by its
+ * creator before start returns (a backend's start-up scan knows it by it). */
+#define RPERF_WORKER_THREAD_NAME "rperf-worker"
 /* A fork child whose parent was profiling: reset everything (GVL held). */
 bool rperf_engine_needs_fork_reset(void);
 void rperf_engine_fork_reset(void);

@@ -175,7 +175,7 @@ int rperf__worker_start(void)
      * from the application's. Named here, by the creator, so the name is in
      * place when start returns (the thread naming itself raced with readers
      * of /proc right after start). */
-    pthread_setname_np(thr, "rperf-worker");
+    pthread_setname_np(thr, RPERF_WORKER_THREAD_NAME);
     started = 1;
     return 0;
 }
