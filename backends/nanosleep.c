@@ -1,8 +1,8 @@
 /*
  * nanosleep.c — the "nanosleep" backend: one timer pthread sleeping to
- * absolute deadlines (timer_thread.c, shared with the holder backend), so
- * the period does not drift; deadlines missed by more than one period are
- * counted as overruns and skipped.
+ * absolute deadlines (timer_thread.c, shared with the holder backend:
+ * exponential gaps with the period as mean, no drift, a deadline missed by
+ * more than a period counted as an overrun).
  *
  * Delivery per tick:
  *  - the main Ractor: the tick triggers the sampling job straight from this

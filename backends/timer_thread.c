@@ -1,9 +1,27 @@
 /*
  * timer_thread.c — the tick thread of the timer-thread backends (holder,
  * nanosleep): sleeps with clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME) to
- * absolute deadlines, so the period does not drift; a deadline missed by
- * more than a period is counted as overruns and skipped; while ticking it
- * wakes at least every 50 ms to notice a stop.
+ * absolute deadlines; while ticking it wakes at least every 50 ms to notice
+ * a stop.
+ *
+ * The deadlines form a Poisson process: the gaps between them are drawn
+ * from the exponential distribution with the period as mean (next_gap), so
+ * the rate is the one asked for and nothing drifts. A fixed grid would be
+ * biased here: a tick that lands while a thread is off its GVL (blocked in
+ * IO, a Queue, a join) does not sample it, and its next sample, one period
+ * later on the grid, weighs all its on-GVL time since its previous one.
+ * When the thread's GVL gaps recur with its work (work, wait, work, ...),
+ * where that absorbing sample lands is tied to the gap: the code right
+ * after each wait lost a quarter of its weight to the code after it
+ * (tests/ruby/test_modes.rb,
+ * test_work_around_thread_new_and_join_gets_its_share; the :signal backend
+ * has no such loss, its timers run on on-GVL time). With exponential gaps
+ * the time from any moment (a thread's return to its GVL included) to the
+ * next tick does not depend on the past, so a sample's weight, the time
+ * since the thread's previous sample, is unbiased wherever the thread
+ * waited (docs/backends.md, "Tick timing"). A deadline more than a period
+ * behind when the thread wakes is counted in timer_overruns and the
+ * schedule restarts from now.
  *
  * The thread blocks every signal (process-directed signals must go to
  * Ruby's threads, and its sleep must not be cut short), and asks the
@@ -23,7 +41,7 @@
  * rperf_timer_thread_wake, which releases it (one futex system call, only
  * when the thread is parked: ~25 us on a VM, which the backend reports with
  * rperf_resume_was_slow so that it counts as the waker's GVL wait), and
- * ticking restarts at a random phase of the period (restart_phase).
+ * ticking restarts with a fresh gap from the wake-up (next_gap).
  * No sample is lost: a tick with no holder delivers nothing, and blocked
  * time is recorded when a thread resumes. Missed-wake safety (Dekker): the
  * parker stores `parked`, fences, then asks idle(); the waker records its
@@ -58,6 +76,7 @@
 #include <stdio.h>
 #include <stdint.h>
 #include <string.h>
+#include <math.h>
 #include <linux/futex.h>
 #include <linux/membarrier.h>
 #include <sys/prctl.h>
@@ -166,17 +185,22 @@ static void park(void)
     atomic_store(&parked, 0);
 }
 
-/* Tick thread: the first deadline after a park, uniform in (now, now +
- * period], so a burst of work of length b after the wake-up gets a tick
- * with probability b / period (xorshift64, seeded from the clock). */
-static int64_t restart_phase(int64_t now)
+/* Tick thread: the gap to the next deadline, exponential with mean
+ * `period` (-period * ln u, u uniform in (0, 1]: xorshift64*, seeded from
+ * the clock, the tick thread's alone), capped at 32 periods (a chance of
+ * e^-32). */
+static int64_t next_gap(void)
 {
-    static uint64_t rng;   /* the tick thread's alone */
-    if (rng == 0) rng = (uint64_t)now | 1;
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return now + 1 + (int64_t)(rng % (uint64_t)period);
+    static uint64_t rng;
+    if (rng == 0) rng = (uint64_t)mono_ns() | 1;
+    rng ^= rng >> 12;
+    rng ^= rng << 25;
+    rng ^= rng >> 27;
+    uint64_t x = rng * 0x2545F4914F6CDD1DULL;
+    double u = (double)((x >> 11) + 1) * (1.0 / 9007199254740992.0);   /* (0, 1] */
+    double gap = -(double)period * log(u);
+    double cap = 32.0 * (double)period;
+    return (int64_t)(gap < cap ? gap : cap);
 }
 
 bool rperf_timer_thread_wake(void)
@@ -234,7 +258,7 @@ static void *tick_main(void *arg)
     prctl(PR_SET_NAME, "rperf-timer", 0, 0, 0);   /* for top -H, ps -L, gdb */
     tick_tid = (int32_t)syscall(SYS_gettid);      /* the bootstrap leaves it out */
     ask_short_slice();
-    int64_t deadline = mono_ns() + period;
+    int64_t deadline = mono_ns() + next_gap();
     int idle_ticks = 0;
     int64_t idle_since = 0;
     sem_post(&up);
@@ -250,15 +274,20 @@ static void *tick_main(void *arg)
         deliver_fn(now);
         rperf_engine_ticker_poke();
         rperf_tick_signal_bootstrap_resend();
+        /* the schedule goes on from the deadline (the wake-up's latency
+         * does not lengthen the gaps), or from now when over a period late */
         int64_t missed = (now - deadline) / period;
-        if (missed > 0) rperf_engine_count_overruns((uint64_t)missed);
-        deadline += (missed + 1) * period;
+        if (missed > 0) {
+            rperf_engine_count_overruns((uint64_t)missed);
+            deadline = now;
+        }
+        deadline += next_gap();
         if (idle_fn && idle_fn() && !rperf_tick_signal_bootstrap_pending()) {
             if (idle_ticks++ == 0) idle_since = now;
             if (idle_ticks >= PARK_AFTER && now - idle_since >= PARK_IDLE_NS) {
                 park();
                 idle_ticks = 0;
-                deadline = restart_phase(mono_ns());
+                deadline = mono_ns() + next_gap();
             }
         } else {
             idle_ticks = 0;
