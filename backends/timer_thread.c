@@ -186,17 +186,23 @@ static void park(void)
 }
 
 /* Tick thread: the gap to the next deadline, exponential with mean
- * `period` (-period * ln u, u uniform in (0, 1]: xorshift64*, seeded from
- * the clock, the tick thread's alone), capped at 32 periods (a chance of
- * e^-32). */
+ * `period` (-period * ln u, u uniform in (0, 1]: xorshift64*), capped at
+ * 32 periods (a chance of e^-32). The generator is the tick thread's
+ * alone, seeded at each start from the clock and the pid (seed_gaps), so
+ * forked workers that start profiling together do not tick in step. */
+static uint64_t gap_rng;
+
+static void seed_gaps(void)
+{
+    gap_rng = ((uint64_t)mono_ns() ^ ((uint64_t)getpid() << 32)) | 1;
+}
+
 static int64_t next_gap(void)
 {
-    static uint64_t rng;
-    if (rng == 0) rng = (uint64_t)mono_ns() | 1;
-    rng ^= rng >> 12;
-    rng ^= rng << 25;
-    rng ^= rng >> 27;
-    uint64_t x = rng * 0x2545F4914F6CDD1DULL;
+    gap_rng ^= gap_rng >> 12;
+    gap_rng ^= gap_rng << 25;
+    gap_rng ^= gap_rng >> 27;
+    uint64_t x = gap_rng * 0x2545F4914F6CDD1DULL;
     double u = (double)((x >> 11) + 1) * (1.0 / 9007199254740992.0);   /* (0, 1] */
     double gap = -(double)period * log(u);
     double cap = 32.0 * (double)period;
@@ -258,6 +264,7 @@ static void *tick_main(void *arg)
     prctl(PR_SET_NAME, "rperf-timer", 0, 0, 0);   /* for top -H, ps -L, gdb */
     tick_tid = (int32_t)syscall(SYS_gettid);      /* the bootstrap leaves it out */
     ask_short_slice();
+    seed_gaps();
     int64_t deadline = mono_ns() + next_gap();
     int idle_ticks = 0;
     int64_t idle_since = 0;
