@@ -2,8 +2,9 @@
  * holder.c — the "holder" backend (the default): one timer pthread sleeping
  * to absolute deadlines (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME),
  * exponential gaps with the period as mean: timer_thread.c says why)
- * delivers every tick to the thread that holds the GVL, in every Ractor. The timer interrupt and the thread wake-up land on this thread,
- * not on the application's; a GVL switch stores to its own slot (one
+ * delivers every tick to the thread that holds the GVL, in every Ractor.
+ * The timer interrupt and the thread wake-up land on this thread, not on
+ * the application's; a GVL switch stores to its own slot (one
  * cache line) and, for a main-Ractor holder, to main_holder, and loads
  * neither (what it last wrote is in its TLS).
  *
