@@ -133,26 +133,37 @@ struct rperf_thread {
                                       once; SUSPENDED then always reads the clock */
     int32_t native_tid;            /* where it last resumed */
 
+    /* The third line: what recording a sample reads and writes (a
+     * thread's state is cold when it records: it last ran on the other
+     * CPU, or long ago), so a sample's accounting and its ring push cost
+     * one load miss on the thread's state, not one per structure. */
     int64_t last_cpu;              /* cpu_acc-based time at the last sample */
     int64_t last_wall;             /* monotonic time at the last sample */
-    /* time in GC steps still to go before the next one is sampled (as
-     * gvl_left, both modes) */
-    int64_t gc_left;
     /* both modes: [GC marking] / [GC sweeping] time not yet recorded (GC
      * steps are sampled by their time, see rperf_ev_gc) */
     int64_t pend_gc_mark;
     int64_t pend_gc_sweep;
-    _Atomic uint32_t label_set_id;
     /* ring: producer = the thread itself, consumer = the worker. A chain of
      * segments (ring.c): the producer writes the last, the consumer drains
-     * the first; a full segment is followed by one 4x larger. */
-    struct rperf_ring_seg *prod;            /* producer only; NULL until the first push */
-    uint32_t ring_slots0;                   /* size of the first segment, in words */
+     * the first; a full segment is followed by one 4x larger. The producer
+     * keeps its segment's buffer, mask and tail here and only stores to the
+     * segment (ring.c, push). */
+    struct rperf_ring_seg *prod;            /* NULL until the first push */
+    ck_ring_buffer_t *prod_buf;             /* prod's buffer */
+    _Atomic uint32_t label_set_id;
+    uint32_t prod_tail;                     /* prod's producer tail */
+    uint32_t prod_seen;                     /* a lower bound of prod's consumer head
+                                               (ring.c, ring_used) */
+    uint32_t prod_mask;                     /* prod's slots - 1 */
 
     /* identity */
     uint32_t seq;
+    uint32_t ring_slots0;                   /* size of the first segment, in words */
     uint64_t run_id;
     int64_t gc_enter_wall;
+    /* time in GC steps still to go before the next one is sampled (as
+     * gvl_left, both modes) */
+    int64_t gc_left;
 
     /* ring, consumer side: the worker writes these, the marker reads cons */
     struct rperf_ring_seg *_Atomic cons;
@@ -187,7 +198,7 @@ struct rperf_thread {
 
 /* ---- ring encoding (ring.c) --------------------------------------------- */
 
-#define RPERF_RING_MAX_SLOTS (1u << 16)   /* a segment grows up to 512 KiB */
+#define RPERF_RING_MAX_SLOTS (1u << 16)   /* a segment grows up to 512 KiB (prod_mask: 16 bits) */
 /* A thread's first segment: small, from the heap. Most threads of a
  * thread-per-connection server, and threads parked for the whole run,
  * record a few samples (the blocked time of their first turn) and never
@@ -203,12 +214,18 @@ typedef struct rperf_ring_seg {
     ck_epoch_entry_t epoch_entry;
 } rperf_ring_seg_t;
 
-/* A sample occupies 3 tagged header words followed by `depth` frame words.
- * Tagged words have bit 0 set, frames never do (heap VALUEs are aligned),
+/* A sample occupies 3 tagged header words (a pair: 4) followed by `depth`
+ * frame words. Tagged words have bit 0 set, frames never do (heap VALUEs are aligned),
  * so the GC mark function can mark every untagged word of a live ring
  * region without parsing it. */
 bool rperf__ring_push(rperf_thread_t *pt, rperf_sample_type_t type, int64_t weight,
                       int64_t mono_ns, const rperf_frame_t *frames, int depth);
+/* Two samples on one stack in one record: `weight` of `type` and `weight2`
+ * of `type + 1` (GVL blocked + wait, GC marking + sweeping); drained as two
+ * samples. All or nothing, as one push. */
+bool rperf__ring_push_pair(rperf_thread_t *pt, rperf_sample_type_t type, int64_t weight,
+                           int64_t weight2, int64_t mono_ns, const rperf_frame_t *frames,
+                           int depth);
 typedef struct rperf_decoded {
     rperf_sample_type_t type;
     uint32_t label_set_id;

@@ -6,9 +6,16 @@
  * parked). The GC mark function reads live regions concurrently (lock-free).
  *
  * Encoding of one sample (3 + depth words):
- *   w0 = label_set_id << 32 | depth << 16 | type << 4 | 1
+ *   w0 = label_set_id << 32 | depth << 16 | type << 4 | pair << 1 | 1
  *   w1 = weight << 1 | 1           w2 = monotonic ns << 1 | 1
+ *   [w3 = second weight << 1 | 1, when pair is set]
  *   depth frame words (untagged VALUEs), leaf first.
+ * A pair is two samples on one stack, of `type` and `type + 1` (GVL
+ * blocked and wait, GC marking and sweeping): a block recorded at RESUMED
+ * has both parts, and one record of 4 + depth words instead of two of
+ * 3 + depth halves what the thread writes into its ring (the cache lines
+ * the worker read last, on the other CPU) at every long block: on the
+ * `io` workload a thread records one every ~3 GVL switches.
  * A thread's first segment is small (RPERF_RING_FIRST_SLOTS words, from the
  * heap): a thread that records a sample or two (its first turn's blocked
  * time, then parked; a short connection thread) costs no mapping, page
@@ -39,28 +46,33 @@
 #define TAG(x) (((uintptr_t)(x) << 1) | 1u)
 #define UNTAG(x) ((int64_t)((x) >> 1))
 
-/* Segments up to RPERF_RING_FIRST_SLOTS words come from the heap, larger
- * ones are page blocks (alloc.c): the size alone says which. */
+/* Segments up to RPERF_RING_FIRST_SLOTS words come from the heap (whole
+ * cache lines), larger ones are page blocks (alloc.c): the size alone says
+ * which. */
 static ck_ring_buffer_t *buf_alloc(uint32_t slots)
 {
     size_t bytes = (size_t)slots * sizeof(ck_ring_buffer_t);
-    return slots <= RPERF_RING_FIRST_SLOTS ? rperf__calloc(1, bytes) : rperf__alloc_pages(bytes);
+    return slots <= RPERF_RING_FIRST_SLOTS ? rperf__calloc_lines(bytes) : rperf__alloc_pages(bytes);
 }
 
 static void buf_free(ck_ring_buffer_t *buf, uint32_t slots)
 {
     size_t bytes = (size_t)slots * sizeof(ck_ring_buffer_t);
-    if (slots <= RPERF_RING_FIRST_SLOTS) rperf__free(buf, bytes);
+    if (slots <= RPERF_RING_FIRST_SLOTS) rperf__free_lines(buf, bytes);
     else rperf__free_pages(buf, bytes);
 }
 
+/* The segment is line-aligned: its consumer head, producer tail and
+ * read-only fields each keep a cache line of their own (ck_ring pads them
+ * apart), not one shared with a neighbouring allocation another thread
+ * writes. */
 static rperf_ring_seg_t *seg_new(uint32_t slots)
 {
-    rperf_ring_seg_t *seg = rperf__calloc(1, sizeof(*seg));
+    rperf_ring_seg_t *seg = rperf__calloc_lines(sizeof(*seg));
     if (!seg) return NULL;
     seg->buf = buf_alloc(slots);
     if (!seg->buf) {
-        rperf__free(seg, sizeof(*seg));
+        rperf__free_lines(seg, sizeof(*seg));
         return NULL;
     }
     seg->slots = slots;
@@ -71,7 +83,7 @@ static rperf_ring_seg_t *seg_new(uint32_t slots)
 static void seg_free(rperf_ring_seg_t *seg)
 {
     buf_free(seg->buf, seg->slots);
-    rperf__free(seg, sizeof(*seg));
+    rperf__free_lines(seg, sizeof(*seg));
 }
 
 static void seg_free_cb(ck_epoch_entry_t *e)
@@ -80,13 +92,26 @@ static void seg_free_cb(ck_epoch_entry_t *e)
     seg_free((rperf_ring_seg_t *)((char *)e - offsetof(rperf_ring_seg_t, epoch_entry)));
 }
 
+/* own: `seg` (empty, or NULL) becomes the producer's segment; the producer
+ * keeps what it needs of it in the thread's sample line (core_internal.h)
+ * and only stores to the segment itself. */
+static void prod_set(rperf_thread_t *pt, rperf_ring_seg_t *seg)
+{
+    pt->prod = seg;
+    pt->prod_buf = seg ? seg->buf : NULL;
+    pt->prod_tail = 0;                       /* ck_ring_init: both ends at 0 */
+    pt->prod_mask = seg ? seg->slots - 1 : 0;
+    /* an enlarged segment: see push */
+    pt->prod_seen = seg && seg->slots > pt->ring_slots0 ? 0u - pt->prod_mask : 0;
+}
+
 /* No memory yet: the first push allocates the (small) first segment. A
  * thread that never records a sample (a short-lived thread that got no tick
  * and never waited long for the GVL) costs no ring at all. */
 int rperf__ring_init(rperf_thread_t *pt, uint32_t slots)
 {
     pt->ring_slots0 = slots;
-    pt->prod = NULL;
+    prod_set(pt, NULL);
     atomic_store_explicit(&pt->cons, NULL, memory_order_relaxed);
     return 0;
 }
@@ -98,7 +123,7 @@ static rperf_ring_seg_t *ring_first(rperf_thread_t *pt)
     uint32_t slots = pt->ring_slots0 < RPERF_RING_FIRST_SLOTS ? pt->ring_slots0 : RPERF_RING_FIRST_SLOTS;
     rperf_ring_seg_t *seg = seg_new(slots);
     if (!seg) return NULL;
-    pt->prod = seg;
+    prod_set(pt, seg);
     atomic_store_explicit(&pt->cons, seg, memory_order_release);
     return seg;
 }
@@ -112,7 +137,7 @@ void rperf__ring_free(rperf_thread_t *pt)
         seg_free(seg);
         seg = next;
     }
-    pt->prod = NULL;
+    prod_set(pt, NULL);
     atomic_store_explicit(&pt->cons, NULL, memory_order_relaxed);
 }
 
@@ -134,7 +159,7 @@ static rperf_ring_seg_t *ring_grow(rperf_thread_t *pt, unsigned need)
     rperf_ring_seg_t *seg = seg_new(slots);
     if (!seg) return NULL;
     atomic_store_explicit(&pt->prod->next, seg, memory_order_release);
-    pt->prod = seg;
+    prod_set(pt, seg);
     return seg;
 }
 
@@ -146,72 +171,111 @@ static rperf_ring_seg_t *ring_shrink(rperf_thread_t *pt)
     rperf_ring_seg_t *seg = seg_new(pt->ring_slots0);
     if (!seg) return pt->prod;
     atomic_store_explicit(&pt->prod->next, seg, memory_order_release);
-    pt->prod = seg;
+    prod_set(pt, seg);
     return seg;
 }
 
-/* own: the sample's 3 + depth words into `seg`, which has room for them
- * (checked by the caller), published at once: the words are stored as
- * ck_ring_enqueue_spsc stores one (its slot, then a store fence, then the
- * producer tail), but the tail moves once per sample instead of once per
- * word. A 155-frame stack took 158 enqueues, each reloading the consumer
- * head (a line the worker writes while it drains) and storing the tail
- * (one it reads): ~0.5 us of the job's ~1.5 us. The consumer (ck_ring
- * dequeue, ring_drain) and the marker (rperf__ring_mark) read the slots
- * below the tail only, so they see whole samples. */
-static void put_words(rperf_ring_seg_t *seg, const uintptr_t hdr[3], const rperf_frame_t *frames,
-                      unsigned depth)
+/* own: the sample's header words and `depth` frame words into the
+ * producer's segment, which has room for them (checked by the caller),
+ * published at once: the words are stored as ck_ring_enqueue_spsc stores
+ * one (its slot, then a store fence, then the producer tail), but the tail
+ * moves once per sample instead of once per word. A 155-frame stack took
+ * 158 enqueues, each reloading the consumer head (a line the worker writes
+ * while it drains) and storing the tail (one it reads): ~0.5 us of the
+ * job's ~1.5 us. The consumer (ck_ring dequeue, ring_drain) and the marker
+ * (rperf__ring_mark) read the slots below the tail only, so they see whole
+ * samples. Only stores reach the segment (a store that misses the cache
+ * waits in the store buffer; a load would stall the thread). */
+static void put_words(rperf_thread_t *pt, const uintptr_t *hdr, unsigned nhdr,
+                      const rperf_frame_t *frames, unsigned depth)
 {
-    ck_ring_t *r = &seg->ring;
-    const unsigned mask = r->mask;
-    unsigned p = r->p_tail;                  /* the producer's own */
-    for (int i = 0; i < 3; i++) ck_pr_store_ptr(&seg->buf[p++ & mask].value, (void *)hdr[i]);
-    for (unsigned i = 0; i < depth; i++)
-        ck_pr_store_ptr(&seg->buf[p++ & mask].value, (void *)frames[i]);
+    ck_ring_buffer_t *buf = pt->prod_buf;
+    const unsigned mask = pt->prod_mask;
+    unsigned p = pt->prod_tail;
+    for (unsigned i = 0; i < nhdr; i++) ck_pr_store_ptr(&buf[p++ & mask].value, (void *)hdr[i]);
+    for (unsigned i = 0; i < depth; i++) ck_pr_store_ptr(&buf[p++ & mask].value, (void *)frames[i]);
     ck_pr_fence_store();
-    ck_pr_store_uint(&r->p_tail, p);
+    pt->prod_tail = p;
+    ck_pr_store_uint(&pt->prod->ring.p_tail, p);
+}
+
+#define RING_PAIR 2u                         /* w0: a second weight follows */
+
+/* own: one record of `weight` (and, when `pair`, `weight2` as type + 1).
+ *
+ * How full the segment is comes from an estimate first: the consumer's head
+ * as last read (prod_seen; the head only moves on, so the estimate is an
+ * upper bound). Only when the estimate would take the segment past half
+ * full, where push decides anything (grow, ask for a drain), is the head
+ * read; below that every decision is the same. So the head's line, which
+ * the worker writes when it drains, is left alone, and so are the
+ * segment's own fields: loading them at every push was half of a push's
+ * time on the `io` workload (cache misses: a thread records long blocks at
+ * every few switches, each time after running on the other CPU). In an
+ * enlarged segment the estimate is kept at its most (tail - mask: never
+ * below the head, the segment holds at most mask words), so every push
+ * there reads the head (whether to shrink back). */
+static bool push(rperf_thread_t *pt, rperf_sample_type_t type, int64_t weight, int64_t weight2,
+                 bool pair, int64_t mono_ns, const rperf_frame_t *frames, int depth)
+{
+    if (!pt->prod && !ring_first(pt)) {
+        atomic_fetch_add_explicit(&pt->dropped, 1, memory_order_relaxed);
+        return false;
+    }
+    unsigned nhdr = pair ? 4u : 3u;
+    unsigned need = nhdr + (unsigned)depth;
+    unsigned used = pt->prod_tail - pt->prod_seen;
+    bool checked = used + need > pt->prod_mask / 2;
+    if (checked) {
+        pt->prod_seen = ck_pr_load_uint(&pt->prod->ring.c_head);
+        used = pt->prod_tail - pt->prod_seen;
+        uint32_t initial = pt->ring_slots0;
+        rperf_ring_seg_t *seg = pt->prod;
+        /* shrink once the consumer works on this segment (older ones drained) */
+        if (seg->slots > initial && used + need <= initial / 4 &&
+            atomic_load_explicit(&pt->cons, memory_order_relaxed) == seg) {
+            seg = ring_shrink(pt);
+            used = pt->prod_tail - pt->prod_seen;
+        }
+        unsigned cap = pt->prod_mask;        /* ck_ring keeps one slot free */
+        /* The small first segment is for threads that record a sample or
+         * two: one that passes half full there moves on to the configured
+         * size at once, instead of waking the worker every few samples. */
+        bool first = seg->slots < initial;
+        if (used + need > (first ? cap / 2 : cap)) {
+            if (!first) rperf__worker_wake_for(pt, true);
+            if (!ring_grow(pt, need)) {
+                atomic_fetch_add_explicit(&pt->dropped, 1, memory_order_relaxed);
+                return false;
+            }
+            used = 0;
+        }
+    }
+    uint32_t label = atomic_load_explicit(&pt->label_set_id, memory_order_relaxed);
+    uintptr_t w0 = ((uintptr_t)label << 32) | ((uintptr_t)depth << 16) |
+                   ((uintptr_t)type << 4) | (pair ? RING_PAIR : 0u) | 1u;
+    const uintptr_t hdr[4] = { w0, TAG(weight), TAG(mono_ns), TAG(weight2) };
+    put_words(pt, hdr, nhdr, frames, (unsigned)depth);
+    if (checked) {
+        unsigned cap = pt->prod_mask;
+        if (used + need > cap / 2) rperf__worker_wake_for(pt, used + need > cap / 4 * 3);
+        if (pt->prod->slots > pt->ring_slots0) pt->prod_seen = pt->prod_tail - cap;
+    }
+    return true;
 }
 
 /* own */
 bool rperf__ring_push(rperf_thread_t *pt, rperf_sample_type_t type, int64_t weight,
                       int64_t mono_ns, const rperf_frame_t *frames, int depth)
 {
-    rperf_ring_seg_t *seg = pt->prod;
-    if (!seg && !(seg = ring_first(pt))) {
-        atomic_fetch_add_explicit(&pt->dropped, 1, memory_order_relaxed);
-        return false;
-    }
-    unsigned used = ck_ring_size(&seg->ring);
-    unsigned need = 3u + (unsigned)depth;
-    uint32_t initial = pt->ring_slots0;
-    /* shrink once the consumer works on this segment (older ones drained) */
-    if (seg->slots > initial && used + need <= initial / 4 &&
-        atomic_load_explicit(&pt->cons, memory_order_relaxed) == seg) {
-        seg = ring_shrink(pt);
-        used = ck_ring_size(&seg->ring);
-    }
-    unsigned cap = seg->slots - 1;           /* ck_ring keeps one slot free */
-    /* The small first segment is for threads that record a sample or two:
-     * one that passes half full there moves on to the configured size at
-     * once, instead of waking the worker every few samples. */
-    bool first = seg->slots < initial;
-    if (used + need > (first ? cap / 2 : cap)) {
-        if (!first) rperf__worker_wake_for(pt, true);
-        seg = ring_grow(pt, need);
-        if (!seg) {
-            atomic_fetch_add_explicit(&pt->dropped, 1, memory_order_relaxed);
-            return false;
-        }
-        used = 0;
-        cap = seg->slots - 1;
-    }
-    uint32_t label = atomic_load_explicit(&pt->label_set_id, memory_order_relaxed);
-    uintptr_t w0 = ((uintptr_t)label << 32) | ((uintptr_t)depth << 16) |
-                   ((uintptr_t)type << 4) | 1u;
-    const uintptr_t hdr[3] = { w0, TAG(weight), TAG(mono_ns) };
-    put_words(seg, hdr, frames, (unsigned)depth);
-    if (used + need > cap / 2) rperf__worker_wake_for(pt, used + need > cap / 4 * 3);
-    return true;
+    return push(pt, type, weight, 0, false, mono_ns, frames, depth);
+}
+
+/* own */
+bool rperf__ring_push_pair(rperf_thread_t *pt, rperf_sample_type_t type, int64_t weight,
+                           int64_t weight2, int64_t mono_ns, const rperf_frame_t *frames, int depth)
+{
+    return push(pt, type, weight, weight2, true, mono_ns, frames, depth);
 }
 
 /* worker */
@@ -253,12 +317,19 @@ size_t rperf__ring_drain(rperf_thread_t *pt, rperf_drain_sink sink, void *ctx)
         }
         rperf_decoded_t d;
         uintptr_t w0 = pt->c_hdr[0];
+        bool pair = (w0 & RING_PAIR) != 0;
         d.depth = (uint32_t)((w0 >> 16) & 0xffffu);
         d.type = (rperf_sample_type_t)((w0 >> 4) & 0xfu);
         d.label_set_id = (uint32_t)(w0 >> 32);
         d.weight = UNTAG(pt->c_hdr[1]);
         d.mono_ns = UNTAG(pt->c_hdr[2]);
-        if (ck_ring_size(&seg->ring) < d.depth) break;   /* producer mid-write */
+        if (ck_ring_size(&seg->ring) < d.depth + (pair ? 1u : 0u)) break;   /* producer mid-write */
+        int64_t weight2 = 0;
+        if (pair) {
+            void *w = NULL;
+            ck_ring_dequeue_spsc(&seg->ring, seg->buf, &w);
+            weight2 = UNTAG((uintptr_t)w);
+        }
         for (uint32_t i = 0; i < d.depth; i++) {
             /* Dequeue straight into the marker-visible in-flight slot: the
              * value is copied there before the consumer head moves past it. */
@@ -268,6 +339,12 @@ size_t rperf__ring_drain(rperf_thread_t *pt, rperf_drain_sink sink, void *ctx)
         pt->c_have_hdr = 0;
         sink(pt, &d, ids, ctx);
         n++;
+        if (pair) {
+            d.type = (rperf_sample_type_t)(d.type + 1);
+            d.weight = weight2;
+            sink(pt, &d, ids, ctx);
+            n++;
+        }
     }
     return n;
 }

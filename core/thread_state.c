@@ -26,6 +26,11 @@
 
 /* what a GVL switch touches stays within the state's first two lines */
 _Static_assert(offsetof(struct rperf_thread, last_cpu) <= 128, "switch fields past two lines");
+/* and what recording a sample touches, the third */
+_Static_assert(offsetof(struct rperf_thread, last_cpu) % 64 == 0 &&
+               offsetof(struct rperf_thread, prod_mask) + sizeof(uint32_t) -
+                   offsetof(struct rperf_thread, last_cpu) <= 64,
+               "sample fields past one line");
 
 static _Thread_local rperf_nt_t nt_tls __attribute__((tls_model("initial-exec")));
 rperf_thread_t *_Atomic rperf__threads;
@@ -222,6 +227,14 @@ void rperf_thread_attach_current(rperf_thread_t *pt)
 static void record_gvl(rperf_thread_t *pt, int64_t mono, const rperf_frame_t *frames, int depth,
                        int64_t blocked, int64_t wait)
 {
+    if (blocked > 0 && wait > 0) {           /* both in one record (ring.c) */
+        if (rperf__ring_push_pair(pt, RPERF_SAMPLE_GVL_BLOCKED, blocked, wait, mono, frames, depth)) {
+            pt->last_wall += blocked + wait;
+            pt->pend_blocked -= blocked;
+            pt->pend_wait -= wait;
+        }
+        return;
+    }
     if (blocked > 0 && rperf__ring_push(pt, RPERF_SAMPLE_GVL_BLOCKED, blocked, mono, frames, depth)) {
         pt->last_wall += blocked;
         pt->pend_blocked -= blocked;
@@ -264,6 +277,15 @@ static void clamp_pending_gc(rperf_thread_t *pt, int64_t room)
 static void record_pending_gc(rperf_thread_t *pt, int64_t mono, const rperf_frame_t *frames,
                               int depth)
 {
+    if (pt->pend_gc_mark > 0 && pt->pend_gc_sweep > 0) {   /* one record (ring.c) */
+        if (rperf__ring_push_pair(pt, RPERF_SAMPLE_GC_MARKING, pt->pend_gc_mark, pt->pend_gc_sweep,
+                                  mono, frames, depth)) {
+            attributed(pt, pt->pend_gc_mark + pt->pend_gc_sweep);
+            pt->pend_gc_mark = 0;
+            pt->pend_gc_sweep = 0;
+        }
+        return;
+    }
     if (pt->pend_gc_mark > 0 &&
         rperf__ring_push(pt, RPERF_SAMPLE_GC_MARKING, pt->pend_gc_mark, mono, frames, depth)) {
         attributed(pt, pt->pend_gc_mark);

@@ -1,7 +1,7 @@
 /*
  * test_core.c — unit tests of the engine's ring and aggregation: wrap-around,
  * full ring drops, sample encoding, synthetic frames, aggregation keys and
- * raw-mode ordering, a ring shrinking back after a burst, ring blocks reused
+ * raw-mode ordering, pair records, a ring shrinking back after a burst, ring blocks reused
  * through the page cache, minor-GC marking
  * that skips old frames, and a snapshot clear that unpins every frame.
  * Context: a plain C program (no Ruby); the test plays
@@ -32,7 +32,7 @@ static rperf_frame_t fake_frame(int i) { return (rperf_frame_t)(0x100000 + 8 * (
 
 static rperf_thread_t *make_thread(uint32_t slots)
 {
-    rperf_thread_t *pt = rperf__calloc(1, sizeof(*pt));
+    rperf_thread_t *pt = rperf__calloc_lines(sizeof(*pt));   /* as rperf_thread_new */
     RPERF_CHECK(pt != NULL);
     RPERF_CHECK_EQ(rperf__ring_init(pt, slots), 0);
     return pt;
@@ -42,6 +42,17 @@ static void setup(void)
 {
     rperf__epoch_reset();
     RPERF_CHECK_EQ(rperf__frames_init(), 0);
+}
+
+/* setup, and a thread registered in a running engine (what the marker
+ * visits) */
+static rperf_thread_t *running_thread(void)
+{
+    setup();
+    rperf_thread_t *pt = make_thread(1024);
+    atomic_store(&rperf__threads, pt);
+    atomic_store(&rperf__engine.running, 1);
+    return pt;
 }
 
 RPERF_TEST(ring_wraps_and_preserves_samples)
@@ -124,10 +135,7 @@ static bool was_marked(rperf_frame_t v)
 
 RPERF_TEST(mark_sees_frames_in_rings_and_table_but_no_header_words)
 {
-    setup();
-    rperf_thread_t *pt = make_thread(1024);
-    atomic_store(&rperf__threads, pt);
-    atomic_store(&rperf__engine.running, 1);
+    rperf_thread_t *pt = running_thread();
     rperf_frame_t frames[3] = { fake_frame(1), fake_frame(2), fake_frame(3) };
     /* weights/timestamps that would look like aligned pointers if untagged */
     RPERF_CHECK(rperf__ring_push(pt, RPERF_SAMPLE_NORMAL, 0x200000, 0x300000, frames, 3));
@@ -150,10 +158,7 @@ RPERF_TEST(mark_sees_frames_in_rings_and_table_but_no_header_words)
 
 RPERF_TEST(mark_sees_frames_in_every_segment)
 {
-    setup();
-    rperf_thread_t *pt = make_thread(1024);
-    atomic_store(&rperf__threads, pt);
-    atomic_store(&rperf__engine.running, 1);
+    rperf_thread_t *pt = running_thread();
     rperf_frame_t a[97], b[97];
     for (int i = 0; i < 97; i++) a[i] = fake_frame(i);
     for (int i = 0; i < 97; i++) b[i] = fake_frame(500 + i);
@@ -254,6 +259,65 @@ RPERF_TEST(synthetic_frames_go_to_the_leaf)
     rperf__frames_destroy();
 }
 
+/* A pair (GVL blocked + wait, GC marking + sweeping on one stack) is one
+ * record of 4 + depth words, drained as two samples of consecutive types on
+ * the same frames, in a ring that wraps; its header words are never marked. */
+RPERF_TEST(a_pair_record_drains_as_two_samples_on_one_stack)
+{
+    rperf_thread_t *pt = running_thread();
+    rperf_frame_t frames[5];
+    for (int i = 0; i < 5; i++) frames[i] = fake_frame(i);
+    /* weights that would look like aligned pointers if untagged */
+    RPERF_CHECK(rperf__ring_push_pair(pt, RPERF_SAMPLE_GVL_BLOCKED, 0x400000, 0x500000, 7, frames, 5));
+    marked_count = 0;
+    rperf_engine_mark(mark_fn, NULL);
+    RPERF_CHECK_EQ(marked_count, 5);
+    RPERF_CHECK(!was_marked(0x400000) && !was_marked(0x500000));
+    collected_t c = { 0 };
+    RPERF_CHECK_EQ(rperf__ring_drain(pt, collect, &c), 2);
+    RPERF_CHECK_EQ(c.n, 2);
+    RPERF_CHECK_EQ(c.last.type, RPERF_SAMPLE_GVL_WAIT);
+    RPERF_CHECK_EQ(c.last.weight, 0x500000);
+    RPERF_CHECK_EQ(c.last.mono_ns, 7);
+    RPERF_CHECK_EQ(c.last.depth, 5);
+    /* 9 words a record through the 256-word first segment, mixed with
+     * single records: it wraps and the decoding stays in step */
+    for (int k = 0; k < 300; k++) {
+        atomic_store(&pt->label_set_id, (uint32_t)(k % 5));
+        RPERF_CHECK(rperf__ring_push_pair(pt, RPERF_SAMPLE_GC_MARKING, 10 + k, 20 + k, k, frames, 5));
+        RPERF_CHECK(rperf__ring_push(pt, RPERF_SAMPLE_NORMAL, 30 + k, k, frames + 1, 3));
+        c.n = 0;
+        RPERF_CHECK_EQ(rperf__ring_drain(pt, collect, &c), 3);
+        RPERF_CHECK_EQ(c.n, 3);
+        RPERF_CHECK_EQ(c.last.type, RPERF_SAMPLE_NORMAL);
+        RPERF_CHECK_EQ(c.last.weight, 30 + k);
+        RPERF_CHECK_EQ(c.last.depth, 3);
+        RPERF_CHECK_EQ(c.last.label_set_id, k % 5);
+    }
+    RPERF_CHECK_EQ(pt->prod->slots, RPERF_RING_FIRST_SLOTS);
+    /* through the worker's sink: two aggregated stacks, each with its own
+     * synthetic leaf on the same frames */
+    RPERF_CHECK_EQ(rperf__agg_init(true), 0);
+    RPERF_CHECK(rperf__ring_push_pair(pt, RPERF_SAMPLE_GVL_BLOCKED, 11, 22, 1, frames, 2));
+    rperf__worker_drain_all();
+    sample_count = 0;
+    rperf__agg_each(record, NULL);
+    RPERF_CHECK_EQ(sample_count, 2);
+    int64_t blocked = 0, wait = 0;
+    for (int i = 0; i < 2; i++) {
+        RPERF_CHECK_EQ(sample_depths[i], 3);
+        if (sample_first[i] == RPERF_SAMPLE_GVL_BLOCKED - 1) blocked = sample_weights[i];
+        if (sample_first[i] == RPERF_SAMPLE_GVL_WAIT - 1) wait = sample_weights[i];
+    }
+    RPERF_CHECK_EQ(blocked, 11);
+    RPERF_CHECK_EQ(wait, 22);
+    atomic_store(&rperf__engine.running, 0);
+    atomic_store(&rperf__threads, NULL);
+    rperf__thread_destroy(pt);
+    rperf__agg_destroy();
+    rperf__frames_destroy();
+}
+
 RPERF_TEST(ring_shrinks_back_after_a_burst)
 {
     setup();
@@ -316,7 +380,7 @@ RPERF_TEST(ring_memory_comes_with_the_first_sample)
     setup();
     rperf__pages_release_cache();
     size_t base = rperf_engine_memory_bytes();
-    rperf_thread_t *pt = rperf__calloc(1, sizeof(*pt));
+    rperf_thread_t *pt = rperf__calloc_lines(sizeof(*pt));   /* as rperf_thread_new */
     RPERF_CHECK(pt != NULL);
     size_t with_thread = rperf_engine_memory_bytes();
     RPERF_CHECK_EQ(rperf__ring_init(pt, 1024), 0);
@@ -352,10 +416,7 @@ static bool low_frames_are_old(rperf_frame_t v) { return v < fake_frame(5); }
 
 RPERF_TEST(minor_marking_skips_old_frames_and_clear_unpins_all)
 {
-    setup();
-    rperf_thread_t *pt = make_thread(1024);
-    atomic_store(&rperf__threads, pt);
-    atomic_store(&rperf__engine.running, 1);
+    rperf_thread_t *pt = running_thread();
     rperf_frame_t frames[10];
     for (int i = 0; i < 10; i++) frames[i] = fake_frame(i);
     RPERF_CHECK(rperf__ring_push(pt, RPERF_SAMPLE_NORMAL, 1, 1, frames, 10));
@@ -486,6 +547,7 @@ int main(void)
                      RPERF_CASE(aggregation_merges_equal_keys_only),
                      RPERF_CASE(raw_mode_keeps_every_sample_in_time_order),
                      RPERF_CASE(synthetic_frames_go_to_the_leaf),
+                     RPERF_CASE(a_pair_record_drains_as_two_samples_on_one_stack),
                      RPERF_CASE(ring_shrinks_back_after_a_burst),
                      RPERF_CASE(freed_ring_blocks_are_reused_and_released),
                      RPERF_CASE(ring_memory_comes_with_the_first_sample),

@@ -76,7 +76,7 @@ RPERF_TEST(ring_grows_under_a_concurrent_consumer_and_marker)
 {
     rperf__epoch_reset();
     RPERF_CHECK_EQ(rperf__frames_init(), 0);
-    pt = rperf__calloc(1, sizeof(*pt));
+    pt = rperf__calloc_lines(sizeof(*pt));   /* as rperf_thread_new */
     RPERF_CHECK_EQ(rperf__ring_init(pt, 1024), 0);
     pthread_t c, m;
     pthread_create(&m, NULL, marker, NULL);
