@@ -12,7 +12,8 @@
 # call). The builds' processes alternate round by round and each build's
 # medians are printed: rperf.so's share of all samples, its ns per switch
 # (samples x 100 us / switches), and the ns per switch of Ruby's stack walk
-# (rb_profile_frames) that rperf.so's captures call. It reads the code's own time, cache
+# (rb_profile_frames) that rperf.so's captures call, and the futex system
+# calls per switch (where tracepoints may be counted). It reads the code's own time, cache
 # misses included, but not what those add to Ruby's scheduler code around
 # it; bench/overhead.rb's "above" columns give the whole cost (wider spread
 # on this VM).
@@ -59,25 +60,34 @@ Rperf.stop
 File.write("$tmp/handoffs", n.to_s)
 RUBY
 
-median() { sort -n | awk '{a[NR] = $1} END {print (NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2)}'; }
+median() { sort -n | awk '{a[NR] = $1} END {if (NR) print (NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2)}'; }
 
 for r in $(seq "$rounds"); do
   for i in "${!libs[@]}"; do
-    perf record -q -F 10000 -o "$tmp/perf.data" -- "$RUBY" -I "${libs[$i]}" "$tmp/switch.rb" > /dev/null 2>&1
+    # futex calls counted around the recording (tracepoint; "-" when not
+    # permitted): Ruby's scheduler waits on one when a lock or the GVL is
+    # contended, so more per switch means hooks that hold its lock longer
+    perf stat -x, -o "$tmp/stat" -e syscalls:sys_enter_futex -- \
+      perf record -q -F 10000 -o "$tmp/perf.data" -- "$RUBY" -I "${libs[$i]}" "$tmp/switch.rb" > /dev/null 2>&1 ||
+      perf record -q -F 10000 -o "$tmp/perf.data" -- "$RUBY" -I "${libs[$i]}" "$tmp/switch.rb" > /dev/null 2>&1
     n=$(cat "$tmp/handoffs")
+    futex=$(awk -F, -v n="$n" '/sys_enter_futex/ && $1 ~ /^[0-9]+$/ {printf "%.3f", $1 / n}' "$tmp/stat" 2> /dev/null)
+    rm -f "$tmp/stat"
     # rperf.so's samples, and Ruby's stack walk that rperf.so calls
     perf report -i "$tmp/perf.data" --sort dso,sym -q -F sample,dso,sym 2> /dev/null |
       awk -v i="$i" -v n="$n" '/rperf\.so/ {so += $1} /thread_profile_frames|rb_profile_frames/ {cap += $1}
         {all += $1}
-        END {printf "%d %.3f %.0f %.0f\n", i, 100 * so / all, so * 100000 / n, cap * 100000 / n}' >> "$tmp/rows"
+        END {printf "%d %.3f %.0f %.0f\n", i, 100 * so / all, so * 100000 / n, cap * 100000 / n}' |
+      sed "s/\$/ ${futex:--}/" >> "$tmp/rows"
   done
 done
 
 echo "rperf.so per GVL switch, $workload workload, $mode mode, rperf at $hz Hz, $rounds rounds (medians)"
-printf "%-40s %10s %14s %14s\n" build "share %" "ns/switch" "capture ns"
+printf "%-40s %10s %14s %14s %14s\n" build "share %" "ns/switch" "capture ns" "futex/switch"
 for i in "${!libs[@]}"; do
   share=$(awk -v i="$i" '$1 == i {print $2}' "$tmp/rows" | median)
   ns=$(awk -v i="$i" '$1 == i {print $3}' "$tmp/rows" | median)
   cap=$(awk -v i="$i" '$1 == i {print $4}' "$tmp/rows" | median)
-  printf "%-40s %10s %14s %14s\n" "${libs[$i]}" "$share" "$ns" "$cap"
+  fx=$(awk -v i="$i" '$1 == i && $5 != "-" {print $5}' "$tmp/rows" | median)
+  printf "%-40s %10s %14s %14s %14s\n" "${libs[$i]}" "$share" "$ns" "$cap" "${fx:--}"
 done
