@@ -61,8 +61,8 @@
  * Contexts: deliver runs on the timer thread (timer_thread.c) (all signals
  * blocked; no Ruby API: the trigger and tgkill are async-signal-safe and
  * thread-safe); start/stop with the GVL held; thread_resumed/suspended in
- * the thread hooks on the thread itself, thread_identified and tick_cpu in
- * the job (no Ruby API); the key destructor when a native thread exits;
+ * the thread hooks on the thread itself, thread_identified, job_ran and
+ * tick_cpu in the job (no Ruby API); the key destructor when a native thread exits;
  * after_fork_child inside fork() in the child.
  */
 #include "cpu_reading.h"
@@ -85,7 +85,11 @@
 #define GUARD_NS 5000LL           /* a holder this fresh gets the signal */
 #define MAX_SLOTS 4096            /* native threads tracked at once */
 
-enum { HOLDS_NOTHING = 0, HOLDS_MAIN = 1, HOLDS_OTHER = 2 };
+/* HOLDS_NEW: another Ractor's thread whose Ractor has no number yet; the
+ * ticks treat it as HOLDS_OTHER */
+enum { HOLDS_NOTHING = 0, HOLDS_MAIN = 1, HOLDS_OTHER = 2, HOLDS_NEW = 3 };
+
+static bool holds_other(int holds) { return holds == HOLDS_OTHER || holds == HOLDS_NEW; }
 
 /* One cache line per slot: a switch writes only its own slot's line (and
  * main_holder's). */
@@ -107,7 +111,10 @@ static _Atomic int used;          /* table[0..used) may be claimed */
  * per run here. Freed slots pull it back down, so the table stays compact
  * under thread churn. */
 static _Atomic int free_hint;
-static _Atomic int other_holders;      /* slots in HOLDS_OTHER */
+static _Atomic int other_holders;      /* slots in HOLDS_OTHER or HOLDS_NEW */
+/* Slots marked HOLDS_NEW so far (after the slot's store), and the count up
+ * to which a job found none left (holder_job_ran): equal, no job looks. */
+static _Atomic uint64_t new_marks, new_marks_done;
 /* The slot that last became the main Ractor's holder (-1: none); it holds
  * the GVL while its slot says HOLDS_MAIN. SUSPENDED leaves it alone. On a
  * line of its own, away from what every switch reads. */
@@ -151,10 +158,12 @@ static void set_holds(int holds)
     int was = mine.holds;
     mine.holds = holds;
     if (was != holds) atomic_store_explicit(&table[i].holds, holds, memory_order_release);
-    if (was == HOLDS_OTHER && holds != HOLDS_OTHER)
+    if (holds_other(was) && !holds_other(holds))
         atomic_fetch_sub_explicit(&other_holders, 1, memory_order_relaxed);
-    else if (was != HOLDS_OTHER && holds == HOLDS_OTHER)
+    else if (!holds_other(was) && holds_other(holds))
         atomic_fetch_add_explicit(&other_holders, 1, memory_order_relaxed);
+    if (holds == HOLDS_NEW && was != HOLDS_NEW)
+        atomic_fetch_add_explicit(&new_marks, 1, memory_order_release);
     if (holds == HOLDS_MAIN) atomic_store_explicit(&main_holder.slot, i, memory_order_release);
 }
 
@@ -216,8 +225,10 @@ static void mark_holder(int64_t since, bool keep_since)
     int i = claim_slot();
     if (i < 0 || !pt) return;
     /* A Ractor not known yet counts as another Ractor: it gets the signal,
-     * whose job identifies it (thread_identified). */
-    int holds = rperf_thread_ractor(pt) == 1 ? HOLDS_MAIN : HOLDS_OTHER;
+     * whose job identifies it (thread_identified); until then it is
+     * HOLDS_NEW (see signal_new_holders). */
+    uint32_t ractor = rperf_thread_ractor(pt);
+    int holds = ractor == 1 ? HOLDS_MAIN : ractor == 0 ? HOLDS_NEW : HOLDS_OTHER;
     if (!keep_since) atomic_store_explicit(&table[i].since, since, memory_order_relaxed);
     set_holds(holds);
     /* a parked tick thread has a holder again; at RESUMED the wake-up's
@@ -226,9 +237,50 @@ static void mark_holder(int64_t since, bool keep_since)
     if (rperf_timer_thread_wake()) rperf_resume_was_slow();
 }
 
+/* Own context, in the job: the tick signal to every HOLDS_NEW holder; how
+ * many were sent. A thread of a Ractor with no number yet asks for the job
+ * at its RESUMED (ruby/hooks.c), but the job bitset is one per VM: another
+ * thread's run may take that bit, and the new thread's own flush then finds
+ * the bitset empty. Without a retry such a thread waits for a tick to be
+ * numbered, and a Ractor that lives less than an interval kept id 0
+ * (test_short_ractors: 2 in 40 per run at 1 Hz). The signal's handler asks
+ * for the job again on that very thread. */
+static int signal_new_holders(void)
+{
+    int sent = 0;
+    int n = atomic_load_explicit(&used, memory_order_acquire);
+    for (int i = 0; i < n; i++) {
+        if (atomic_load_explicit(&table[i].holds, memory_order_acquire) != HOLDS_NEW) continue;
+        int32_t tid = atomic_load_explicit(&table[i].tid, memory_order_relaxed);
+        if (tid <= 0 || tid == rperf_native_tid()) continue;
+        rperf_tick_signal_send(tid);
+        sent++;
+    }
+    return sent;
+}
+
 static void holder_resumed(void) { mark_holder(rperf_resumed_mono(), false); }
 static void holder_attached(void) { mark_holder(0, false); }
-static void holder_identified(void) { mark_holder(0, true); }
+
+/* In the job that numbered this thread: that run emptied the job bitset,
+ * maybe of another new thread's request. */
+static void holder_identified(void)
+{
+    mark_holder(0, true);
+    if (atomic_load_explicit(&live.running, memory_order_relaxed)) (void)signal_new_holders();
+}
+
+/* In every job: while a HOLDS_NEW holder may be left, signal them all (this
+ * run may have taken the bit such a thread set, numbering nobody). Until a
+ * scan finds none, each job looks again; a mark made after the count was
+ * read keeps the counts apart. */
+static void holder_job_ran(void)
+{
+    uint64_t marks = atomic_load_explicit(&new_marks, memory_order_acquire);
+    if (marks == atomic_load_explicit(&new_marks_done, memory_order_relaxed)) return;
+    if (!atomic_load_explicit(&live.running, memory_order_relaxed)) return;
+    if (signal_new_holders() == 0) atomic_store_explicit(&new_marks_done, marks, memory_order_relaxed);
+}
 
 static void holder_suspended(void)
 {
@@ -406,7 +458,7 @@ static void deliver(int64_t now)
     if (atomic_load_explicit(&other_holders, memory_order_relaxed) <= 0) return;
     int n = atomic_load_explicit(&used, memory_order_acquire);
     for (int i = 0; i < n; i++) {
-        if (atomic_load_explicit(&table[i].holds, memory_order_acquire) != HOLDS_OTHER) continue;
+        if (!holds_other(atomic_load_explicit(&table[i].holds, memory_order_acquire))) continue;
         signal_running_holder(i, holder_ran(i));   /* blocked holding its GVL: none */
     }
 }
@@ -493,4 +545,5 @@ const rperf_backend_ops_t rperf_backend_holder = {
     .thread_identified = holder_identified,
     .thread_attached = holder_attached,
     .tick_cpu = holder_tick_cpu,
+    .job_ran = holder_job_ran,
 };

@@ -19,7 +19,12 @@
  *    VM and another thread's flush may have run it. Each job that numbers a
  *    thread (thread_identified) therefore sends the tick signal to every
  *    `new` holder, so none waits for the timer thread to be numbered (on a
- *    loaded machine this thread can be off the CPU for 50-300 ms).
+ *    loaded machine this thread can be off the CPU for 50-300 ms). So does
+ *    every other job run while a thread marked `new` may be left (job_ran):
+ *    the run that took a re-signalled thread's bit can be one of a thread
+ *    numbered already, which numbers nobody, and the `new` thread's own
+ *    flush then finds the bitset empty (a Ractor kept id 0 about once in
+ *    40 runs of test_short_ractors).
  * Main or other: the host identifies every main-Ractor thread before its
  * thread_resumed (ruby/hooks.c, at RESUMED), so a thread whose Ractor is
  * still unknown (0) there is another Ractor's, not numbered yet (`new`). The one
@@ -47,7 +52,7 @@
  * Contexts: deliver runs on the timer thread (timer_thread.c) (no Ruby API: the
  * trigger and tgkill are async-signal-safe and thread-safe); start/stop
  * with the GVL held, on the caller's native thread; thread_resumed/suspended/identified in thread hooks
- * or the job on the thread itself (no Ruby API), tick_cpu in the job; the key destructor when a
+ * or the job on the thread itself (no Ruby API), tick_cpu and job_ran in the job; the key destructor when a
  * native thread exits; after_fork_child inside fork() in the child.
  */
 #include "cpu_reading.h"
@@ -143,11 +148,18 @@ static int holder_state(void)
     return SLOT_OTHER;
 }
 
+/* Slots marked `new` so far (the marking thread's state store comes
+ * first), and the count up to which a job found no `new` holder left
+ * (ns_job_ran): equal, no job needs to look. */
+static _Atomic uint64_t new_marks, new_marks_done;
+
 static void ns_thread_resumed(void)
 {
     if (!atomic_load_explicit(&running, memory_order_relaxed)) return;
     slot_t *s = my_slot();
-    if (s) atomic_store_explicit(&s->state, holder_state(), memory_order_release);
+    int st = holder_state();
+    if (s) atomic_store_explicit(&s->state, st, memory_order_release);
+    if (s && st == SLOT_NEW) atomic_fetch_add_explicit(&new_marks, 1, memory_order_release);
     /* a parked tick thread has a holder again (the wake-up's time: see
      * rperf_resume_was_slow) */
     if (rperf_timer_thread_wake()) rperf_resume_was_slow();
@@ -158,8 +170,9 @@ static void ns_thread_resumed(void)
  * `read_main` (the timer thread's tick, cpu mode) the same pass reads the
  * main Ractor holder's CPU clock for its job, at `now`. Timer thread or
  * thread hook; no Ruby API. */
-static void signal_holders(int want, bool read_main, int64_t now)
+static int signal_holders(int want, bool read_main, int64_t now)
 {
+    int sent = 0;
     int hwm = atomic_load_explicit(&slot_hwm, memory_order_acquire);
     for (int i = 0; i < hwm; i++) {
         int st = atomic_load_explicit(&slots[i].state, memory_order_acquire);
@@ -172,8 +185,12 @@ static void signal_holders(int want, bool read_main, int64_t now)
         }
         if (!(st == want || (want == SLOT_OTHER && st == SLOT_NEW))) continue;
         int32_t tid = atomic_load_explicit(&slots[i].tid, memory_order_relaxed);
-        if (tid > 0) rperf_tick_signal_send(tid);
+        if (tid > 0) {
+            rperf_tick_signal_send(tid);
+            sent++;
+        }
     }
+    return sent;
 }
 
 /* In the job (own): the main holder's reading, if it was made for this
@@ -195,6 +212,20 @@ static void ns_thread_identified(void)
     tls.starting = 0;
     ns_thread_resumed();
     if (atomic_load_explicit(&running, memory_order_relaxed)) signal_holders(SLOT_NEW, false, 0);
+}
+
+/* In every job (own, GVL held): while a thread marked `new` may be left,
+ * signal every `new` holder, as thread_identified does: this run may have
+ * taken the bit such a thread's signal set, and numbered nobody. Until a
+ * scan finds none, each job looks again; a mark made after the count was
+ * read keeps the counts apart. */
+static void ns_job_ran(void)
+{
+    uint64_t marks = atomic_load_explicit(&new_marks, memory_order_acquire);
+    if (marks == atomic_load_explicit(&new_marks_done, memory_order_relaxed)) return;
+    if (!atomic_load_explicit(&running, memory_order_relaxed)) return;
+    if (signal_holders(SLOT_NEW, false, 0) == 0)
+        atomic_store_explicit(&new_marks_done, marks, memory_order_relaxed);
 }
 
 static void ns_thread_suspended(void)
@@ -286,5 +317,6 @@ const rperf_backend_ops_t rperf_backend_nanosleep = {
     .thread_resumed = ns_thread_resumed,
     .thread_suspended = ns_thread_suspended,
     .thread_identified = ns_thread_identified,
+    .job_ran = ns_job_ran,
     .tick_cpu = ns_tick_cpu,
 };

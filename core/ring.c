@@ -5,7 +5,7 @@
  * Consumer: the aggregation worker (or a GVL thread while the worker is
  * parked). The GC mark function reads live regions concurrently (lock-free).
  *
- * Encoding of one sample (3 + depth words):
+ * Encoding of one sample (3 + depth words; a pair 4 + depth):
  *   w0 = label_set_id << 32 | depth << 16 | type << 4 | pair << 1 | 1
  *   w1 = weight << 1 | 1           w2 = monotonic ns << 1 | 1
  *   [w3 = second weight << 1 | 1, when pair is set]
@@ -13,7 +13,7 @@
  * A pair is two samples on one stack, of `type` and `type + 1` (GVL
  * blocked and wait, GC marking and sweeping): a block recorded at RESUMED
  * has both parts, and one record of 4 + depth words instead of two of
- * 3 + depth halves what the thread writes into its ring (the cache lines
+ * 3 + depth nearly halves what the thread writes into its ring (the lines
  * the worker read last, on the other CPU) at every long block: on the
  * `io` workload a thread records one every ~3 GVL switches.
  * A thread's first segment is small (RPERF_RING_FIRST_SLOTS words, from the

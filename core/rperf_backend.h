@@ -69,6 +69,10 @@ typedef struct rperf_backend_ops {
      * made on this native thread; otherwise the job reads the clock
      * itself. */
     int (*tick_cpu)(int64_t *cpu_ns, int64_t *mono_ns);
+    /* Optional. Own context, GVL held: the sampling job runs on this
+     * thread, whoever asked for it (the job bitset is one per VM: this run
+     * may have taken the bit another thread's request set). */
+    void (*job_ran)(void);
 } rperf_backend_ops_t;
 
 /* backends/registry.c */

@@ -424,6 +424,7 @@ void rperf_sample_job(rperf_thread_t *pt)
 {
     if (!pt) pt = rperf_current_thread_sigsafe();
     if (!pt) return;
+    if (backend() && backend()->job_ran) backend()->job_ran();
     if (ticks_before_resumed()) return;
     /* The job is timed on the monotonic clock (vDSO, no system call; the
      * job never blocks, so its duration is its CPU time but for a
