@@ -112,9 +112,7 @@ static _Atomic int used;          /* table[0..used) may be claimed */
  * under thread churn. */
 static _Atomic int free_hint;
 static _Atomic int other_holders;      /* slots in HOLDS_OTHER or HOLDS_NEW */
-/* Slots marked HOLDS_NEW so far (after the slot's store), and the count up
- * to which a job found none left (holder_job_ran): equal, no job looks. */
-static _Atomic uint64_t new_marks, new_marks_done;
+static rperf_new_marks_t new_marks;  /* slots marked HOLDS_NEW (timer_thread.h) */
 /* The slot that last became the main Ractor's holder (-1: none); it holds
  * the GVL while its slot says HOLDS_MAIN. SUSPENDED leaves it alone. On a
  * line of its own, away from what every switch reads. */
@@ -162,8 +160,7 @@ static void set_holds(int holds)
         atomic_fetch_sub_explicit(&other_holders, 1, memory_order_relaxed);
     else if (!holds_other(was) && holds_other(holds))
         atomic_fetch_add_explicit(&other_holders, 1, memory_order_relaxed);
-    if (holds == HOLDS_NEW && was != HOLDS_NEW)
-        atomic_fetch_add_explicit(&new_marks, 1, memory_order_release);
+    if (holds == HOLDS_NEW && was != HOLDS_NEW) rperf_new_marks_add(&new_marks);
     if (holds == HOLDS_MAIN) atomic_store_explicit(&main_holder.slot, i, memory_order_release);
 }
 
@@ -271,15 +268,11 @@ static void holder_identified(void)
 }
 
 /* In every job: while a HOLDS_NEW holder may be left, signal them all (this
- * run may have taken the bit such a thread set, numbering nobody). Until a
- * scan finds none, each job looks again; a mark made after the count was
- * read keeps the counts apart. */
+ * run may have taken the bit such a thread set, numbering nobody). */
 static void holder_job_ran(void)
 {
-    uint64_t marks = atomic_load_explicit(&new_marks, memory_order_acquire);
-    if (marks == atomic_load_explicit(&new_marks_done, memory_order_relaxed)) return;
-    if (!atomic_load_explicit(&live.running, memory_order_relaxed)) return;
-    if (signal_new_holders() == 0) atomic_store_explicit(&new_marks_done, marks, memory_order_relaxed);
+    if (atomic_load_explicit(&live.running, memory_order_relaxed))
+        rperf_new_marks_resignal(&new_marks, signal_new_holders);
 }
 
 static void holder_suspended(void)

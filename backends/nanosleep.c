@@ -148,10 +148,7 @@ static int holder_state(void)
     return SLOT_OTHER;
 }
 
-/* Slots marked `new` so far (the marking thread's state store comes
- * first), and the count up to which a job found no `new` holder left
- * (ns_job_ran): equal, no job needs to look. */
-static _Atomic uint64_t new_marks, new_marks_done;
+static rperf_new_marks_t new_marks;  /* slots marked `new` (timer_thread.h) */
 
 static void ns_thread_resumed(void)
 {
@@ -159,7 +156,7 @@ static void ns_thread_resumed(void)
     slot_t *s = my_slot();
     int st = holder_state();
     if (s) atomic_store_explicit(&s->state, st, memory_order_release);
-    if (s && st == SLOT_NEW) atomic_fetch_add_explicit(&new_marks, 1, memory_order_release);
+    if (s && st == SLOT_NEW) rperf_new_marks_add(&new_marks);
     /* a parked tick thread has a holder again (the wake-up's time: see
      * rperf_resume_was_slow) */
     if (rperf_timer_thread_wake()) rperf_resume_was_slow();
@@ -193,6 +190,9 @@ static int signal_holders(int want, bool read_main, int64_t now)
     return sent;
 }
 
+/* Own context (job): the tick signal to every `new` holder; how many. */
+static int signal_new_holders(void) { return signal_holders(SLOT_NEW, false, 0); }
+
 /* In the job (own): the main holder's reading, if it was made for this
  * native thread and not taken yet; the engine decides whether it is
  * recent enough. */
@@ -211,21 +211,16 @@ static void ns_thread_identified(void)
 {
     tls.starting = 0;
     ns_thread_resumed();
-    if (atomic_load_explicit(&running, memory_order_relaxed)) signal_holders(SLOT_NEW, false, 0);
+    if (atomic_load_explicit(&running, memory_order_relaxed)) (void)signal_new_holders();
 }
 
 /* In every job (own, GVL held): while a thread marked `new` may be left,
  * signal every `new` holder, as thread_identified does: this run may have
- * taken the bit such a thread's signal set, and numbered nobody. Until a
- * scan finds none, each job looks again; a mark made after the count was
- * read keeps the counts apart. */
+ * taken the bit such a thread's signal set, and numbered nobody. */
 static void ns_job_ran(void)
 {
-    uint64_t marks = atomic_load_explicit(&new_marks, memory_order_acquire);
-    if (marks == atomic_load_explicit(&new_marks_done, memory_order_relaxed)) return;
-    if (!atomic_load_explicit(&running, memory_order_relaxed)) return;
-    if (signal_holders(SLOT_NEW, false, 0) == 0)
-        atomic_store_explicit(&new_marks_done, marks, memory_order_relaxed);
+    if (atomic_load_explicit(&running, memory_order_relaxed))
+        rperf_new_marks_resignal(&new_marks, signal_new_holders);
 }
 
 static void ns_thread_suspended(void)
