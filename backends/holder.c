@@ -66,6 +66,7 @@
  * after_fork_child inside fork() in the child.
  */
 #include "cpu_reading.h"
+#include "new_marks.h"
 #include "rperf_backend.h"
 #include "rperf_core.h"
 #include "tick_signal.h"
@@ -112,7 +113,7 @@ static _Atomic int used;          /* table[0..used) may be claimed */
  * under thread churn. */
 static _Atomic int free_hint;
 static _Atomic int other_holders;      /* slots in HOLDS_OTHER or HOLDS_NEW */
-static rperf_new_marks_t new_marks;  /* slots marked HOLDS_NEW (timer_thread.h) */
+static rperf_new_marks_t new_marks;  /* slots marked HOLDS_NEW (new_marks.h) */
 /* The slot that last became the main Ractor's holder (-1: none); it holds
  * the GVL while its slot says HOLDS_MAIN. SUSPENDED leaves it alone. On a
  * line of its own, away from what every switch reads. */

@@ -56,6 +56,7 @@
  * native thread exits; after_fork_child inside fork() in the child.
  */
 #include "cpu_reading.h"
+#include "new_marks.h"
 #include "rperf_backend.h"
 #include "rperf_core.h"
 #include "tick_signal.h"
@@ -148,7 +149,7 @@ static int holder_state(void)
     return SLOT_OTHER;
 }
 
-static rperf_new_marks_t new_marks;  /* slots marked `new` (timer_thread.h) */
+static rperf_new_marks_t new_marks;  /* slots marked `new` (new_marks.h) */
 
 static void ns_thread_resumed(void)
 {

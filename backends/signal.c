@@ -18,15 +18,21 @@
  * The handler lives in tick_signal.c (shared with the nanosleep backend);
  * at start every other task gets one bootstrap signal so that threads
  * already holding a GVL (e.g. a Ractor spinning alone) register themselves.
+ * A GVL holder of a Ractor with no number yet is marked `unnumbered` and
+ * gets the tick signal from job runs until it has run the job itself
+ * (new_marks.h; docs/backends.md, "Numbered at the first turn").
  *
  * Contexts: start/stop run with the GVL held;
  * thread_resumed/thread_suspended run in thread hooks on the thread itself
- * (no Ruby API); the key destructor runs when a native thread exits;
+ * (no Ruby API); thread_identified and job_ran in the sampling job (own
+ * context, GVL held; the registry lock and tgkill only); the key
+ * destructor runs when a native thread exits;
  * after_fork_child and the atfork handlers run inside fork().
  *
  * Stop: timers are deleted first, then tick_signal.c restores the action
  * (through SIG_IGN, which discards instances still pending on any thread).
  */
+#include "new_marks.h"
 #include "rperf_backend.h"
 #include "rperf_core.h"
 #include "tick_signal.h"
@@ -44,9 +50,14 @@
 typedef struct nt_timer {
     timer_t timer;
     uint64_t gen;              /* run generation the timer belongs to */
-    struct itimerspec left;    /* remainder kept across SUSPENDED */
+    struct timespec left;      /* remainder kept across SUSPENDED (this
+                                  struct is in static TLS: kept small) */
     struct nt_timer *next;     /* registry of live timers (under lock) */
     int registered;
+    int32_t tid;               /* the native thread's kernel tid */
+    /* holds its GVL, and its Ractor had no number at its RESUMED: job runs
+     * signal it (signal_unnumbered); written by the thread itself */
+    _Atomic int unnumbered;
 } nt_timer_t;
 
 /* initial-exec TLS: see core/thread_state.c for why. */
@@ -59,6 +70,7 @@ static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 static _Atomic int running;
 static _Atomic uint64_t gen;
 static int64_t interval_ns;
+static rperf_new_marks_t new_marks;   /* holders marked unnumbered */
 
 /* ---- per-native-thread timers (thread hooks; no Ruby API) ---------------- */
 
@@ -116,6 +128,7 @@ static int ensure_timer(nt_timer_t *t)
         return -1;
     }
     t->gen = g;
+    t->tid = (int32_t)sev._sigev_un._tid;
     t->registered = 1;
     t->next = timers;
     timers = t;
@@ -131,18 +144,67 @@ static void thread_resumed(void)
     if (!atomic_load_explicit(&running, memory_order_relaxed)) return;
     if (ensure_timer(t) < 0) return;
     struct itimerspec its = period();
-    if (t->left.it_value.tv_sec || t->left.it_value.tv_nsec) its.it_value = t->left.it_value;
+    if (t->left.tv_sec || t->left.tv_nsec) its.it_value = t->left;
     timer_settime(t->timer, 0, &its, NULL);
+    /* a Ractor not known yet: its RESUMED asked for the job (ruby/hooks.c),
+     * which another thread's run may take; marked after the timer is set */
+    rperf_thread_t *pt = rperf_current_thread_sigsafe();
+    if (pt && rperf_thread_ractor(pt) == 0) {
+        atomic_store_explicit(&t->unnumbered, 1, memory_order_release);
+        rperf_new_marks_add(&new_marks);
+    }
 }
 
 static void thread_suspended(void)
 {
     nt_timer_t *t = &tls;
+    if (atomic_load_explicit(&t->unnumbered, memory_order_relaxed))
+        atomic_store_explicit(&t->unnumbered, 0, memory_order_relaxed);
     if (!t->registered || t->gen != atomic_load(&gen)) return;
     struct itimerspec off;
     memset(&off, 0, sizeof(off));
     /* disarm and keep the time left to the next tick, in one call */
-    timer_settime(t->timer, 0, &off, &t->left);
+    struct itimerspec old;
+    if (timer_settime(t->timer, 0, &off, &old) == 0) t->left = old.it_value;
+}
+
+/* ---- Ractors with no number yet (the job: own context, GVL held) --------- */
+
+/* The tick signal to every other registered thread marked unnumbered (it
+ * holds its GVL: the handler asks for the job on that very thread); how
+ * many were sent. The registry lock is taken by hooks and thread exits,
+ * none of which waits for a GVL while holding it. */
+static int signal_unnumbered(void)
+{
+    int sent = 0;
+    uint64_t g = atomic_load(&gen);
+    pthread_mutex_lock(&lock);
+    for (nt_timer_t *t = timers; t; t = t->next) {
+        if (t == &tls || t->gen != g || t->tid <= 0) continue;
+        if (!atomic_load_explicit(&t->unnumbered, memory_order_acquire)) continue;
+        rperf_tick_signal_send(t->tid);
+        sent++;
+    }
+    pthread_mutex_unlock(&lock);
+    return sent;
+}
+
+/* A job just numbered this thread: that run emptied the VM-global job
+ * bitset, maybe taking another new thread's request. */
+static void thread_identified(void)
+{
+    nt_timer_t *t = &tls;
+    if (atomic_load_explicit(&t->unnumbered, memory_order_relaxed))
+        atomic_store_explicit(&t->unnumbered, 0, memory_order_relaxed);
+    if (atomic_load_explicit(&running, memory_order_relaxed)) (void)signal_unnumbered();
+}
+
+/* Every job run: while an unnumbered holder may be left, signal them all
+ * (this run may have taken the bit such a thread set, numbering nobody). */
+static void job_ran(void)
+{
+    if (atomic_load_explicit(&running, memory_order_relaxed))
+        rperf_new_marks_resignal(&new_marks, signal_unnumbered);
 }
 
 /* ---- fork (pthread_atfork) ---------------------------------------------------
@@ -191,6 +253,7 @@ static void sig_after_fork_child(void)
     atomic_store(&running, 0);
     timers = NULL;
     tls.registered = 0;
+    atomic_store(&tls.unnumbered, 0);
     atomic_fetch_add(&gen, 1);
     rperf_tick_signal_after_fork();
 }
@@ -204,6 +267,7 @@ const rperf_backend_ops_t rperf_backend_signal = {
     .after_fork_child = sig_after_fork_child,
     .thread_resumed = thread_resumed,
     .thread_suspended = thread_suspended,
-    .thread_identified = NULL,
+    .thread_identified = thread_identified,
+    .job_ran = job_ran,
     .tick_cpu = rperf_tick_signal_tick_cpu,   /* cpu mode: read by the handler */
 };
