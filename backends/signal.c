@@ -24,8 +24,9 @@
  *
  * Contexts: start/stop run with the GVL held;
  * thread_resumed/thread_suspended run in thread hooks on the thread itself
- * (no Ruby API); thread_identified and job_ran in the sampling job (own
- * context, GVL held; the registry lock and tgkill only); the key
+ * (no Ruby API); job_ran in the sampling job and thread_identified there
+ * or at start (own context, GVL held; the registry lock and tgkill only,
+ * and the registry lock is never held while waiting for a GVL); the key
  * destructor runs when a native thread exits;
  * after_fork_child and the atfork handlers run inside fork().
  *
@@ -168,7 +169,7 @@ static void thread_suspended(void)
     if (timer_settime(t->timer, 0, &off, &old) == 0) t->left = old.it_value;
 }
 
-/* ---- Ractors with no number yet (the job: own context, GVL held) --------- */
+/* ---- Ractors with no number yet (own context, GVL held) ------------------- */
 
 /* The tick signal to every other registered thread marked unnumbered (it
  * holds its GVL: the handler asks for the job on that very thread); how
