@@ -2,8 +2,7 @@
  * cpu_reading.h — a thread CPU clock reading that a backend's timer thread
  * makes for a GVL holder at a tick and hands to that holder's sampling job
  * (rperf_backend_ops_t.tick_cpu), sparing the application thread the
- * system call and letting a late job end its sample at the tick
- * (core/thread_state.c, job_native_cpu). Used by :holder (one per slot),
+ * system call (core/thread_state.c, job_native_cpu). Used by :holder (one per slot),
  * :nanosleep (one for the main Ractor's holder) and the tick signal's
  * handler (one per native thread, written by the handler on its own
  * thread: tick_signal.c); see cpu_reading.c.

@@ -1,7 +1,7 @@
 /*
  * holder.c — the "holder" backend (the default): one timer pthread sleeping
  * to absolute deadlines (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME),
- * exponential gaps with the period as mean: timer_thread.c says why)
+ * one at a uniformly drawn moment of each period: timer_thread.c says why)
  * delivers every tick to the thread that holds the GVL, in every Ractor.
  * The timer interrupt and the thread wake-up land on this thread, not on
  * the application's; a GVL switch stores to its own slot (one
@@ -540,4 +540,5 @@ const rperf_backend_ops_t rperf_backend_holder = {
     .thread_attached = holder_attached,
     .tick_cpu = holder_tick_cpu,
     .job_ran = holder_job_ran,
+    .ticks = RPERF_TICKS_JITTERED,
 };

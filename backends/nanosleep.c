@@ -1,7 +1,7 @@
 /*
  * nanosleep.c — the "nanosleep" backend: one timer pthread sleeping to
  * absolute deadlines (timer_thread.c, shared with the holder backend:
- * exponential gaps with the period as mean, no drift, a deadline missed by
+ * one tick at a uniformly drawn moment of each period, no drift, a period missed by
  * more than a period counted as an overrun).
  *
  * Delivery per tick:
@@ -41,8 +41,8 @@
  * cpu mode: the same pass over the slots reads the main Ractor holder's
  * thread CPU clock (by its tid) before the tick is triggered, and the
  * holder's job takes that reading (tick_cpu, cpu_reading.h) instead of
- * making its own: no clock system call on the application thread, and a
- * job that runs late ends its sample at the tick.
+ * making its own when it runs right after the tick: no clock system call
+ * on the application thread.
  *
  * Cost: every tick wakes this thread (~10-25 us of CPU here), whether or
  * not a thread runs. While no thread of any Ractor holds a GVL the tick
@@ -99,8 +99,7 @@ static _Atomic uint64_t gen = 1;
 static _Atomic int running;
 /* cpu mode: the main Ractor holder's CPU clock, read by the timer thread
  * at each tick, for its job (cpu_reading.h): the application thread makes
- * no clock system call per sample, and a job that runs late (after a C
- * call that kept the GVL) ends its sample at the tick */
+ * no clock system call per sample */
 static bool cpu_clock;
 static rperf_cpu_reading_t main_cpu;
 
@@ -315,4 +314,5 @@ const rperf_backend_ops_t rperf_backend_nanosleep = {
     .thread_identified = ns_thread_identified,
     .job_ran = ns_job_ran,
     .tick_cpu = ns_tick_cpu,
+    .ticks = RPERF_TICKS_JITTERED,
 };

@@ -11,9 +11,8 @@
  * thread that switches often is not starved of ticks.
  *
  * In cpu mode the handler also reads the thread's CPU clock at each tick
- * and its job takes that reading instead of making its own (tick_cpu), so a
- * job that runs late, after a C call that kept the GVL, ends its sample at
- * the tick.
+ * and its job takes that reading instead of making its own (tick_cpu)
+ * when it runs right after the tick.
  *
  * The handler lives in tick_signal.c (shared with the nanosleep backend);
  * at start every other task gets one bootstrap signal so that threads
@@ -271,4 +270,5 @@ const rperf_backend_ops_t rperf_backend_signal = {
     .thread_identified = thread_identified,
     .job_ran = job_ran,
     .tick_cpu = rperf_tick_signal_tick_cpu,   /* cpu mode: read by the handler */
+    .ticks = RPERF_TICKS_PERIODIC,            /* each thread's timer runs on its on-GVL time */
 };

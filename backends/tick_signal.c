@@ -124,13 +124,11 @@ bool rperf_tick_signal_bootstrap_pending(void)
 }
 
 /* ---- the CPU clock at the tick (cpu mode, timer ticks) ---------------------
- * A cpu-mode job that runs late (after a C call that kept the GVL, past
- * many ticks) ends its sample at the tick when it has the thread's CPU
- * clock as of the tick (core/thread_state.c, job_native_cpu); without one
- * it reads the clock itself and the call is charged with the CPU time
- * before it began. So with read_cpu set the handler reads the clock at each
- * timer tick (the job then makes no reading of its own: one system call
- * per sample either way) and keeps the latest in this native thread's
+ * A cpu-mode job needs the thread's CPU clock. With read_cpu set the
+ * handler reads it at each timer tick, and a job that runs right after
+ * its tick takes that reading instead of making its own
+ * (core/thread_state.c, job_native_cpu): one system call per sample either
+ * way, made in the handler. It keeps the latest in this native thread's
  * slot (cpu_reading.h; writer: the handler, reader: the job on the same
  * native thread, which a handler may interrupt: the sequence number makes
  * it give up then). A reading belongs to the run it was made in (its tag):

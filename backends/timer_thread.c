@@ -4,24 +4,25 @@
  * absolute deadlines; while ticking it wakes at least every 50 ms to notice
  * a stop.
  *
- * The deadlines form a Poisson process: the gaps between them are drawn
- * from the exponential distribution with the period as mean (next_gap), so
- * the rate is the one asked for and nothing drifts. A fixed grid would be
- * biased here: a tick that lands while a thread is off its GVL (blocked in
- * IO, a Queue, a join) does not sample it, and its next sample, one period
- * later on the grid, weighs all its on-GVL time since its previous one.
- * When the thread's GVL gaps recur with its work (work, wait, work, ...),
- * where that absorbing sample lands is tied to the gap: the code right
- * after each wait lost a quarter of its weight to the code after it
- * (tests/ruby/test_modes.rb,
- * test_work_around_thread_new_and_join_gets_its_share; the :signal backend
- * has no such loss, its timers run on on-GVL time). With exponential gaps
- * the time from any moment (a thread's return to its GVL included) to the
- * next tick does not depend on the past, so a sample's weight, the time
- * since the thread's previous sample, is unbiased wherever the thread
- * waited (docs/backends.md, "Tick timing"). A deadline more than a period
- * behind when the thread wakes is counted in timer_overruns and the
- * schedule restarts from now.
+ * The deadlines are jittered within a fixed grid: one tick at a uniformly
+ * drawn moment of each period (next_deadline), so the rate is the one
+ * asked for and nothing drifts. A plain grid would be biased here: a tick
+ * that lands while a thread is off its GVL (blocked in IO, a Queue, a
+ * join) does not sample it, and its next sample, exactly one period later,
+ * weighs all its on-GVL time since its previous one. When the thread's GVL
+ * gaps recur with its work (work, wait, work, ...), where that absorbing
+ * sample lands is tied to the gap: the code right after each wait got a
+ * third to a half of its share on the grid (tests/ruby/test_modes.rb,
+ * test_work_after_each_gvl_wait_keeps_its_share). A draw per period takes
+ * the phase away from the wait without the exponential gaps of a Poisson
+ * schedule, whose spread made every sample's weight vary: the time from a
+ * moment to the tick before it averages 7/12 of a period here, a whole
+ * period with Poisson ticks, and the error at each change of stack
+ * follows it. Its one known bias: code shorter than a period right after
+ * a wait of two periods or more keeps ~0.8 of its share in a simulation,
+ * as on a grid (docs/backends.md, "Tick timing"). A period whose tick is
+ * more than a period behind when the thread wakes is counted in
+ * timer_overruns and the schedule restarts from now.
  *
  * The thread blocks every signal (process-directed signals must go to
  * Ruby's threads, and its sleep must not be cut short), and asks the
@@ -41,7 +42,7 @@
  * rperf_timer_thread_wake, which releases it (one futex system call, only
  * when the thread is parked: ~25 us on a VM, which the backend reports with
  * rperf_resume_was_slow so that it counts as the waker's GVL wait), and
- * ticking restarts with a fresh gap from the wake-up (next_gap).
+ * ticking restarts with a fresh period from the wake-up (next_deadline).
  * No sample is lost: a tick with no holder delivers nothing, and blocked
  * time is recorded when a thread resumes. Missed-wake safety (Dekker): the
  * parker stores `parked`, fences, then asks idle(); the waker records its
@@ -76,7 +77,6 @@
 #include <stdio.h>
 #include <stdint.h>
 #include <string.h>
-#include <math.h>
 #include <linux/futex.h>
 #include <linux/membarrier.h>
 #include <sys/prctl.h>
@@ -185,28 +185,26 @@ static void park(void)
     atomic_store(&parked, 0);
 }
 
-/* Tick thread: the gap to the next deadline, exponential with mean
- * `period` (-period * ln u, u uniform in (0, 1]: xorshift64*), capped at
- * 32 periods (a chance of e^-32). The generator is the tick thread's
- * alone, seeded at each start from the clock and the pid (seed_gaps), so
- * forked workers that start profiling together do not tick in step. */
-static uint64_t gap_rng;
+/* Tick thread: the deadline of the period that starts at `slot`, a
+ * uniformly drawn moment within it (xorshift64*, 53 bits). The generator
+ * is the tick thread's alone, seeded at each start from the clock and the
+ * pid (seed_ticks), so forked workers that start profiling together do not
+ * tick in step. */
+static uint64_t tick_rng;
 
-static void seed_gaps(void)
+static void seed_ticks(void)
 {
-    gap_rng = ((uint64_t)mono_ns() ^ ((uint64_t)getpid() << 32)) | 1;
+    tick_rng = ((uint64_t)mono_ns() ^ ((uint64_t)getpid() << 32)) | 1;
 }
 
-static int64_t next_gap(void)
+static int64_t next_deadline(int64_t slot)
 {
-    gap_rng ^= gap_rng >> 12;
-    gap_rng ^= gap_rng << 25;
-    gap_rng ^= gap_rng >> 27;
-    uint64_t x = gap_rng * 0x2545F4914F6CDD1DULL;
-    double u = (double)((x >> 11) + 1) * (1.0 / 9007199254740992.0);   /* (0, 1] */
-    double gap = -(double)period * log(u);
-    double cap = 32.0 * (double)period;
-    return (int64_t)(gap < cap ? gap : cap);
+    tick_rng ^= tick_rng >> 12;
+    tick_rng ^= tick_rng << 25;
+    tick_rng ^= tick_rng >> 27;
+    uint64_t x = tick_rng * 0x2545F4914F6CDD1DULL;
+    double u = (double)(x >> 11) * (1.0 / 9007199254740992.0);   /* [0, 1) */
+    return slot + (int64_t)(u * (double)period);
 }
 
 bool rperf_timer_thread_wake(void)
@@ -264,8 +262,9 @@ static void *tick_main(void *arg)
     prctl(PR_SET_NAME, "rperf-timer", 0, 0, 0);   /* for top -H, ps -L, gdb */
     tick_tid = (int32_t)syscall(SYS_gettid);      /* the bootstrap leaves it out */
     ask_short_slice();
-    seed_gaps();
-    int64_t deadline = mono_ns() + next_gap();
+    seed_ticks();
+    int64_t slot = mono_ns();              /* the current period's start */
+    int64_t deadline = next_deadline(slot);
     int idle_ticks = 0;
     int64_t idle_since = 0;
     sem_post(&up);
@@ -281,20 +280,22 @@ static void *tick_main(void *arg)
         deliver_fn(now);
         rperf_engine_ticker_poke();
         rperf_tick_signal_bootstrap_resend();
-        /* the schedule goes on from the deadline (the wake-up's latency
-         * does not lengthen the gaps), or from now when over a period late */
-        int64_t missed = (now - deadline) / period;
+        /* the schedule goes on period by period (the wake-up's latency
+         * does not lengthen it), or from now when a whole period late */
+        slot += period;
+        int64_t missed = (now - slot) / period;
         if (missed > 0) {
             rperf_engine_count_overruns((uint64_t)missed);
-            deadline = now;
+            slot = now;
         }
-        deadline += next_gap();
+        deadline = next_deadline(slot);
         if (idle_fn && idle_fn() && !rperf_tick_signal_bootstrap_pending()) {
             if (idle_ticks++ == 0) idle_since = now;
             if (idle_ticks >= PARK_AFTER && now - idle_since >= PARK_IDLE_NS) {
                 park();
                 idle_ticks = 0;
-                deadline = mono_ns() + next_gap();
+                slot = mono_ns();
+                deadline = next_deadline(slot);
             }
         } else {
             idle_ticks = 0;

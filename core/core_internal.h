@@ -71,6 +71,13 @@ extern struct ck_malloc rperf__ck_allocator;   /* for ck_ht (frees deferred) */
 
 /* ---- per-native-thread state (initial-exec TLS, see thread_state.c) ----- */
 
+/* Where a thread's unattributed time starts, for the late rule
+ * (thread_state.c): at a tick's sample (the code there went on, and the
+ * next sample may take some of it), at an exact boundary of the thread's
+ * code (the window's or the thread's start, the end of a C call sampled
+ * late), or at the first tick's sample after such a boundary. */
+enum { RPERF_HEAD_TICK = 0, RPERF_HEAD_EXACT = 1, RPERF_HEAD_FIRST_TICK = 2 };
+
 typedef struct rperf_nt {
     rperf_thread_t *cur;     /* Ruby thread running here, or NULL */
     uint64_t run_id;         /* run in which cur was set (stale otherwise) */
@@ -90,6 +97,10 @@ typedef struct rperf_nt {
      * than it was taken before one already used, and is not taken */
     int64_t cpu_hi;
     uint32_t stripe;         /* 1 + its quiescence stripe (engine.c); 0: none yet */
+    /* 1 + tick_seq (low bits) when a job here last consumed the ticks (0:
+     * none yet): a job run for a tick that an earlier run consumed samples
+     * nothing */
+    uint32_t answered;
 } rperf_nt_t;
 
 rperf_nt_t *rperf__nt(void);
@@ -132,6 +143,9 @@ struct rperf_thread {
     int migrates;                  /* cpu mode: resumed on another native thread
                                       once; SUSPENDED then always reads the clock */
     int32_t native_tid;            /* where it last resumed */
+    /* Where the unattributed time starts (RPERF_HEAD_*: the late rule,
+     * thread_state.c). Own context only. */
+    int head;
 
     /* The third line: what recording a sample reads and writes (a
      * thread's state is cold when it records: it last ran on the other
@@ -288,6 +302,9 @@ void rperf__index_clear(const rperf_thread_t *pt);
 void rperf__index_reset(void);
 void rperf__gc_reset(void);
 void rperf__sample_settle(rperf_thread_t *pt);
+/* GVL held, at start: late_after_ns and late_tail_ns for the run's
+ * interval and backend (thread_state.c). */
+void rperf__late_rule_init(void);
 /* GVL held (main Ractor), worker parked: record what the main Ractor's
  * threads off the GVL spent off it up to `now` (thread_state.c). */
 void rperf__settle_blocked(int64_t now);
@@ -330,6 +347,12 @@ typedef struct rperf_engine {
     _Atomic int fork_reset_needed;
     uint64_t run_id;
     int64_t interval_ns;
+    /* A job that runs late_after_ns or more after its oldest unanswered
+     * tick ran late (after a C call that kept the GVL); unless its time
+     * starts at an exact boundary it leaves late_tail_ns to the next
+     * sample (thread_state.c, the late rule). Set at start. */
+    int64_t late_after_ns;
+    int64_t late_tail_ns;
     /* when the run or the current snapshot window (clear: true) began;
      * written with the GVL held, read by threads' hooks (RESUMED) */
     _Atomic int64_t start_mono_ns;
@@ -340,9 +363,13 @@ typedef struct rperf_engine {
     _Atomic uint64_t outstanding;      /* ticks not yet consumed by a job */
     /* CLOCK_MONOTONIC of the latest tick (0: none this run): a job whose
      * ticks all came before its thread's RESUMED samples nothing
-     * (rperf_sample_job), and in wall mode a job that runs long after its
-     * tick ends its sample there (sample_end) */
+     * (rperf_sample_job) */
     _Atomic int64_t tick_mono;
+    /* CLOCK_MONOTONIC of the first tick not yet consumed by a job: a job
+     * that answers a tick this old or older ran late (job_is_late) */
+    _Atomic int64_t tick_first_mono;
+    /* ticks ever delivered (never reset: rperf_nt_t.answered holds it) */
+    _Atomic uint64_t tick_seq;
     _Atomic uint64_t sampling_count;
     _Atomic uint64_t sampling_time_ns;
     _Atomic uint64_t dropped_retired;   /* drops of threads already freed */

@@ -96,9 +96,12 @@ void rperf_engine_leave(void) { atomic_fetch_sub(my_stripe(), 1); }
 void rperf_engine_tick_sigsafe(void)
 {
     /* clock_gettime: async-signal-safe */
-    atomic_store_explicit(&rperf__engine.tick_mono, rperf__mono_ns(), memory_order_relaxed);
+    int64_t now = rperf__mono_ns();
+    atomic_store_explicit(&rperf__engine.tick_mono, now, memory_order_relaxed);
     atomic_fetch_add_explicit(&rperf__engine.trigger_count, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&rperf__engine.outstanding, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&rperf__engine.tick_seq, 1, memory_order_relaxed);
+    if (atomic_fetch_add_explicit(&rperf__engine.outstanding, 1, memory_order_relaxed) == 0)
+        atomic_store_explicit(&rperf__engine.tick_first_mono, now, memory_order_relaxed);
     rperf__engine.host.trigger();
 }
 
@@ -162,9 +165,11 @@ int rperf_engine_start(const rperf_config_t *cfg, rperf_thread_t **caller,
     rperf__engine.cfg = *cfg;
     if (rperf__engine.cfg.ring_slots == 0) rperf__engine.cfg.ring_slots = RPERF_DEFAULT_RING_SLOTS;
     rperf__engine.interval_ns = 1000000000LL / cfg->frequency;
+    rperf__late_rule_init();
     rperf__engine.run_id++;
     atomic_store(&rperf__engine.outstanding, 0);
     atomic_store(&rperf__engine.tick_mono, 0);
+    atomic_store(&rperf__engine.tick_first_mono, 0);
     atomic_store(&rperf__engine.thread_seq, 0);
     atomic_store(&rperf__engine.unsettled, 0);
     atomic_store(&rperf__engine.thread_new_failed, 0);
@@ -200,6 +205,12 @@ int rperf_engine_start(const rperf_config_t *cfg, rperf_thread_t **caller,
         free_run();
         return -1;
     }
+    /* The window starts now that sampling is live: the set-up above can
+     * take a while (a process's first start registers membarrier: 5-15 ms
+     * here), and the caller, which held the GVL all along, would otherwise
+     * miss that time from its total or hand it to its first sample. */
+    rperf__engine.start_real_ns = rperf__ns(CLOCK_REALTIME);
+    atomic_store(&rperf__engine.start_mono_ns, rperf__mono_ns());
     *caller = rperf_thread_new(RPERF_THREAD_CURRENT);
     if (!*caller) {
         rperf_engine_stop();

@@ -20,6 +20,17 @@ extern "C" {
 
 #define RPERF_BACKEND_ABI_VERSION 1
 
+/* How a backend spaces a thread's ticks (rperf_backend_ops_t.ticks). The
+ * engine needs the mean time from a random moment back to the tick before
+ * it: a sample taken late, at the end of a C call that kept the GVL, leaves
+ * that much of its time to the next sample (docs/architecture.md, "Why the
+ * weights are exact"). */
+typedef enum rperf_tick_spacing {
+    RPERF_TICKS_PERIODIC = 0,   /* one per interval of the thread's time */
+    RPERF_TICKS_JITTERED = 1,   /* one at a uniform moment of each interval */
+    RPERF_TICKS_POISSON = 2,    /* exponential gaps with the interval as mean */
+} rperf_tick_spacing_t;
+
 typedef struct rperf_backend_config {
     int64_t interval_ns;   /* 1e9 / frequency */
     int signo;             /* signal number for signal-driven backends (0 = default) */
@@ -73,6 +84,8 @@ typedef struct rperf_backend_ops {
      * thread, whoever asked for it (the job bitset is one per VM: this run
      * may have taken the bit another thread's request set). */
     void (*job_ran)(void);
+    /* How the ticks are spaced (RPERF_TICKS_*; 0 = periodic). */
+    rperf_tick_spacing_t ticks;
 } rperf_backend_ops_t;
 
 /* backends/registry.c */

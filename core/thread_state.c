@@ -105,6 +105,7 @@ rperf_thread_t *rperf_thread_new(rperf_thread_origin_t origin)
     pt->last_wall = existing ? window : rperf__mono_ns();
     pt->susp_wall = existing ? window : 0;
     pt->fresh = origin == RPERF_THREAD_CREATED;
+    pt->head = RPERF_HEAD_EXACT;
     if (pt->fresh) atomic_fetch_add_explicit(&rperf__engine.unsettled, 1, memory_order_release);
     rperf_thread_t *head = atomic_load_explicit(&rperf__threads, memory_order_relaxed);
     do {
@@ -298,70 +299,161 @@ static void record_pending_gc(rperf_thread_t *pt, int64_t mono, const rperf_fram
     }
 }
 
-/* Wall mode, in a tick's job: where its sample ends. The job runs at the
- * thread's first safepoint after the tick; after a C call that keeps the
- * GVL (no safepoint until it returns: JSON parsing, a regexp, a sort) or
- * a long GC step that can be a whole interval later or more. A sample
- * taken at the tick would have found the same stack (the call; the job
- * runs at its method's `leave`) and left the time after the tick to the
- * next sample; ending the job's sample at `now` instead charged the call
- * with the time before it began (since the previous sample) without ever
- * leaving it the part after its last tick, a bias of up to an interval
- * per long call (the bench's 20 ms holding calls: +146 us each, session
- * 18). So a job that runs a quarter interval or more after the latest
- * tick ends its sample at that tick, when the thread held its GVL then
- * (the tick is after its RESUMED on this native thread and after its
- * last attributed point; a job whose ticks all came before that RESUMED
- * samples nothing, see rperf_sample_job); the rest stays unattributed for
- * the next sample. Otherwise, and at a window's close, the sample ends
- * now. */
-static int64_t sample_end(rperf_thread_t *pt, int64_t mono)
+/* The late rule. A tick's job runs at the thread's first safepoint after
+ * the tick: right after it in Ruby code, but after a C call that keeps the
+ * GVL (JSON parsing, a regexp, a sort) or a long GC step only when that
+ * returns, possibly intervals later. The stack it finds (the call: the job
+ * runs at its method's `leave`) is the one the tick found, and all of
+ * [tick, now] is the call's. What is not known is where the call began:
+ * the time since the previous sample also holds the end of the code before
+ * it, the "head" the call takes, on average the time from a moment back to
+ * the tick before it.
+ *
+ *  - Ending the sample at the tick leaves the call's own tail to the next
+ *    code, which balances the head on average: unbiased, but each call's
+ *    time is off by the difference of two random spans of up to an
+ *    interval or two, back-to-back C calls included (MRE 0.9 % at 1 kHz
+ *    on the accuracy harness's `cw` family with periodic ticks).
+ *  - Ending it now keeps the tail and the head: biased by the mean head
+ *    per call (0.6 ms of Ruby work before each 3 ms call got ~30 % of its
+ *    time: tests/ruby/test_modes.rb,
+ *    test_work_before_a_long_holding_call_keeps_its_share).
+ *  - So it ends now less late_tail_ns, the mean head: what it leaves to
+ *    the next code is a constant instead of a random span, and a call that
+ *    follows another one gains exactly what that one left, so back-to-back
+ *    calls come out exact (MRE 0.03 %). When the thread's time starts at an
+ *    exact boundary (RPERF_HEAD_EXACT: the window's or the thread's start,
+ *    or the end of a call sampled this way; or the first tick's sample in
+ *    the glue right after one, RPERF_HEAD_FIRST_TICK) the call took no
+ *    head and keeps everything. A tick's sample of Ruby code anywhere else
+ *    leaves RPERF_HEAD_TICK, the usual case, and a thread stays there
+ *    until the next window starts (a late sample from there leaves the
+ *    mean head again).
+ *
+ * A job is late when its oldest unanswered tick is late_after_ns old: a
+ * quarter interval, at most 50 us, well above the latency from a trigger to
+ * its safepoint (median 1.3 us, 99th percentile 8 us here). late_tail_ns is
+ * the mean time from a moment back to the tick before it: half an interval
+ * for periodic ticks, 7/12 for one at a uniform moment of each interval, a
+ * whole interval for Poisson ticks (docs/architecture.md, "Why the weights
+ * are exact"). */
+void rperf__late_rule_init(void)
 {
-    int64_t t = atomic_load_explicit(&rperf__engine.tick_mono, memory_order_relaxed);
-    if (t <= 0 || t >= mono || mono - t < threshold_ns()) return mono;
-    if (t <= pt->last_wall || t < nt_tls.resumed_mono) return mono;
-    return t;
+    int64_t p = rperf__engine.interval_ns;
+    double tail;
+    const rperf_backend_ops_t *b = backend();
+    switch (b ? b->ticks : RPERF_TICKS_PERIODIC) {
+    case RPERF_TICKS_JITTERED: tail = 7.0 / 12; break;
+    case RPERF_TICKS_POISSON: tail = 1; break;
+    default: tail = 0.5; break;
+    }
+    rperf__engine.late_after_ns = p / 4 < 50000 ? p / 4 : 50000;
+    rperf__engine.late_tail_ns = (int64_t)(tail * (double)p);
+}
+
+/* In a tick's job (own): whether it runs late (the late rule above): its
+ * first tick not yet answered is late_after_ns old or more and found the
+ * thread holding its GVL (after its RESUMED on this native thread, and
+ * after its previous sample). The first such tick, not the latest: a C
+ * call takes every tick of its length, and one that lands in its last
+ * microseconds leaves the job close to the latest tick all the same. */
+static bool job_is_late(rperf_thread_t *pt, int64_t mono)
+{
+    int64_t t = atomic_load_explicit(&rperf__engine.tick_first_mono, memory_order_relaxed);
+    if (t <= pt->last_wall || t < nt_tls.resumed_mono)
+        t = atomic_load_explicit(&rperf__engine.tick_mono, memory_order_relaxed);
+    return t > 0 && t < mono && mono - t >= rperf__engine.late_after_ns && t > pt->last_wall &&
+           t >= nt_tls.resumed_mono;
+}
+
+/* cpu mode, in the job: this native thread's CPU clock. A backend that
+ * read it for this tick from its own thread (the holder's timer thread,
+ * the signal handler) offers that reading, which spares the application
+ * thread the system call (~1.1 us on a VM, at every sample). It is taken
+ * when the job ran right after it (less than late_after_ns: the sample
+ * then ends at the reading, and the CPU time between it and the job goes
+ * to the next sample), and only if no reading made on this thread since
+ * is larger (the clock is monotonic per native thread, so a smaller value
+ * was taken before one the accounting already used: taking it would count
+ * some CPU time twice or not at all). A late job reads the clock itself
+ * (sample_now): its sample ends then, less what the late rule leaves. */
+static int64_t job_native_cpu(int64_t mono)
+{
+    const rperf_backend_ops_t *b = backend();
+    int64_t cpu, at;
+    if (b && b->tick_cpu && b->tick_cpu(&cpu, &at) == 0 && at <= mono && cpu >= nt_tls.cpu_hi &&
+        mono - at < rperf__engine.late_after_ns) {
+        nt_tls.cpu_hi = cpu;
+        return cpu;
+    }
+    return read_native_cpu();
 }
 
 /* Record the normal sample covering [last attributed point, now), less the
- * GC (and in wall mode GVL) time pending since then. A tick leaves that
- * pending time for a GC step's or a block's stack (rperf_ev_gc,
- * resume_wall); a window's close (count_job false) settles it here, on
- * the same stack. */
-static void sample_now(rperf_thread_t *pt, int64_t mono, int64_t native, int64_t min_weight,
-                       bool count_job)
+ * GC (and in wall mode GVL) time pending since then, and less what the late
+ * rule leaves. A tick leaves that pending time for a GC step's or a block's
+ * stack (rperf_ev_gc, resume_wall); a window's close (job false) settles it
+ * here, on the same stack. A late job captures the stack first and ends
+ * its sample after that: it runs inside the call (at its method's leave),
+ * so its own time is the call's, and the code after the call starts once
+ * it returns. */
+static void sample_now(rperf_thread_t *pt, bool job)
 {
+    int64_t mono = rperf__mono_ns(), began = mono;
+    bool late = job && job_is_late(pt, mono);
+    if (!wall_mode() && pt->cpu_mark < 0) return;
+    rperf_frame_t frames[RPERF_MAX_DEPTH];
+    int depth = -1;
+    int64_t native = 0;
+    if (late) {
+        depth = capture(pt, frames);
+        if (depth == 0) return;              /* keep the time pending */
+        mono = rperf__mono_ns();
+        if (!wall_mode()) native = read_native_cpu();
+    } else if (!wall_mode()) {
+        native = job ? job_native_cpu(mono) : read_native_cpu();
+    }
+    int64_t leave = late && pt->head == RPERF_HEAD_TICK ? rperf__engine.late_tail_ns : 0;
+    /* an on-time sample this soon after an exact boundary is in the glue
+     * between two calls (the late rule) */
+    bool glue = mono - pt->last_wall < rperf__engine.late_after_ns;
     int64_t weight;
-    if (rperf__engine.cfg.clock == RPERF_CLOCK_CPU) {
-        if (pt->cpu_mark < 0) return;
+    if (!wall_mode()) {
         int64_t room = ruby_cpu_now(pt, native) - pt->last_cpu;
         clamp_pending_gc(pt, room);
         weight = room - pt->pend_gc_mark - pt->pend_gc_sweep;
     } else {
         int64_t pend = pt->pend_blocked + pt->pend_wait + pt->pend_gc_mark + pt->pend_gc_sweep;
-        int64_t end = count_job ? sample_end(pt, mono) : mono;
-        weight = end - pt->last_wall - pend;
-        if (end != mono && weight < min_weight) weight = mono - pt->last_wall - pend;
+        weight = mono - pt->last_wall - pend;
     }
-    bool normal = weight > 0 && weight >= min_weight;
-    bool settle_gc = !count_job && pt->pend_gc_mark + pt->pend_gc_sweep > 0;
-    bool settle_gvl = wall_mode() && !count_job && pt->pend_blocked + pt->pend_wait > 0;
+    /* what it leaves is an estimate: a sample that has less keeps a
+     * nanosecond, so that its tick still counts as answered */
+    if (leave > 0 && weight > 0) weight = weight > leave ? weight - leave : 1;
+    bool normal = weight > 0;
+    bool settle_gc = !job && pt->pend_gc_mark + pt->pend_gc_sweep > 0;
+    bool settle_gvl = wall_mode() && !job && pt->pend_blocked + pt->pend_wait > 0;
     if (!normal && !settle_gc && !settle_gvl) return;
-    rperf_frame_t frames[RPERF_MAX_DEPTH];
-    int depth = capture(pt, frames);
-    if (depth == 0) return;              /* keep the time pending */
+    if (depth < 0) depth = capture(pt, frames);
+    if (depth == 0) return;                  /* keep the time pending */
     if (normal) {
         if (!rperf__ring_push(pt, RPERF_SAMPLE_NORMAL, weight, mono, frames, depth)) return;
         attributed(pt, weight);
+        /* cpu mode keeps last_wall as the time of its latest sample (job_is_late) */
+        if (!wall_mode()) pt->last_wall = mono;
+        pt->head = !job || late ? (leave > 0 ? RPERF_HEAD_TICK : RPERF_HEAD_EXACT)
+                   : pt->head == RPERF_HEAD_EXACT && glue ? RPERF_HEAD_FIRST_TICK
+                   : RPERF_HEAD_TICK;
     }
     if (settle_gc) record_pending_gc(pt, mono, frames, depth);
     if (settle_gvl) record_pending_gvl(pt, mono, frames, depth);
     if (!normal) return;
     /* A job run counts as a timer sample when it consumes triggered ticks
      * (coalesced ticks are consumed together). */
-    if (count_job && atomic_exchange_explicit(&rperf__engine.outstanding, 0, memory_order_relaxed) > 0) {
+    if (job && atomic_exchange_explicit(&rperf__engine.outstanding, 0, memory_order_relaxed) > 0) {
+        nt_tls.answered = (uint32_t)atomic_load_explicit(&rperf__engine.tick_seq,
+                                                         memory_order_relaxed) + 1;
         atomic_fetch_add_explicit(&rperf__engine.sampling_count, 1, memory_order_relaxed);
-        int64_t spent = rperf__mono_ns() - mono;
+        int64_t spent = rperf__mono_ns() - began;
         if (spent > 0)
             atomic_fetch_add_explicit(&rperf__engine.sampling_time_ns, (uint64_t)spent,
                                       memory_order_relaxed);
@@ -369,35 +461,6 @@ static void sample_now(rperf_thread_t *pt, int64_t mono, int64_t native, int64_t
 }
 
 /* ---- the sampling job (own, GVL held) ----------------------------------- */
-
-/* cpu mode, in the job: this native thread's CPU clock. A backend that
- * read it for this tick from its own thread (the holder's timer thread)
- * offers that reading, which spares the application thread the system
- * call (~1.1 us on a VM, at every sample). The sample then ends at the
- * reading, and the CPU time between it and the job goes to the next
- * sample. It is taken when it is recent (an eighth of an interval: the
- * job ran right after its tick), or when it was taken while the thread
- * held its GVL (after its RESUMED on this native thread, not below its
- * mark): the job ran late, after a C call that keeps the GVL, and ends
- * its sample at the tick as in wall mode (sample_end). And only if no
- * reading made on this thread since is
- * larger (the clock is monotonic per native thread, so a smaller value was
- * taken before one the accounting already used: taking it would count
- * some CPU time twice or not at all). */
-static int64_t job_native_cpu(rperf_thread_t *pt, int64_t mono)
-{
-    const rperf_backend_ops_t *b = backend();
-    int64_t cpu, at;
-    if (b && b->tick_cpu && b->tick_cpu(&cpu, &at) == 0 && at <= mono && cpu >= nt_tls.cpu_hi) {
-        bool fresh = mono - at <= rperf__engine.interval_ns / 8;
-        bool held = at >= nt_tls.resumed_mono && pt->cpu_mark >= 0 && cpu >= pt->cpu_mark;
-        if (fresh || held) {
-            nt_tls.cpu_hi = cpu;
-            return cpu;
-        }
-    }
-    return read_native_cpu();
-}
 
 /* The job runs at the first safepoint of a thread whose execution context
  * was flagged; a tick can flag a thread that is off its GVL (:nanosleep
@@ -426,20 +489,26 @@ void rperf_sample_job(rperf_thread_t *pt)
     if (!pt) return;
     if (backend() && backend()->job_ran) backend()->job_ran();
     if (ticks_before_resumed()) return;
+    /* A tick that came while the previous run of the job on this native
+     * thread was sampling was consumed by it, but flagged the job again:
+     * this run, at the next safepoint, answers no tick (sampling here
+     * would cut the time at a moment no tick chose). */
+    if ((uint32_t)atomic_load_explicit(&rperf__engine.tick_seq, memory_order_relaxed) + 1 ==
+        nt_tls.answered)
+        return;
     /* The job is timed on the monotonic clock (vDSO, no system call; the
      * job never blocks, so its duration is its CPU time but for a
      * preemption): the thread CPU clock is a system call, needed only in
      * cpu mode, and taken from the backend when it has read it already
      * (job_native_cpu). */
-    int64_t mono = rperf__mono_ns();
-    sample_now(pt, mono, wall_mode() ? 0 : job_native_cpu(pt, mono), 1, true);
+    sample_now(pt, true);
 }
 
 /* own, GVL held: settle the caller's last partial interval at stop/snapshot
  * (not a timer-driven sample: not counted in sampling_count). */
 void rperf__sample_settle(rperf_thread_t *pt)
 {
-    sample_now(pt, rperf__mono_ns(), read_native_cpu(), 1, false);
+    sample_now(pt, false);
 }
 
 /* ---- GVL events ---------------------------------------------------------- */

@@ -202,12 +202,12 @@ class TestModes < Test::Unit::TestCase
 
   # Ruby work right before a long C call that keeps the GVL (String#count
   # over 24 MB, ~3 ms: no safepoint inside) keeps its share. A tick inside
-  # the call is taken at the call's end; its sample must end at the tick,
-  # not at the call's end, or the call absorbs the Ruby time since the
+  # the call is taken at the call's end; its sample must give back the
+  # Ruby time it took from before the call (the late rule,
+  # core/thread_state.c), or the call absorbs the Ruby time since the
   # previous sample (0.6 ms of work before each call got ~30 % of its time
-  # that way, the call ~113 %). Every backend and mode; cpu mode needs the
-  # thread's CPU clock as of the tick: the timer thread of :holder and
-  # :nanosleep reads it, :signal's handler.
+  # that way, the call ~113 %), and so must the first sample of such work
+  # after an exact boundary. Every backend and mode.
   def test_work_before_a_long_holding_call_keeps_its_share
     big = "abcdefgh" * 3_000_000
     RPERF_BACKENDS.product(RPERF_MODES).each do |backend, mode|
@@ -226,10 +226,8 @@ class TestModes < Test::Unit::TestCase
       ctx = "#{backend}/#{mode} #{spent}\n#{rperf_describe(result)}"
       work = rperf_weight_with(result, "Object#rperf_spinner")
       call = rperf_weight_with(result, "String#count")
-      # 0.5: the bias this guards against gives ~0.3. 300 rounds: with the
-      # timer thread's exponential gaps a sample's weight varies more; a
-      # simulation of this loop puts the ratio at 0.76-1.35 over 2,000 runs
-      # (150 rounds: 0.54-1.47)
+      # 0.5: the bias this guards against gives ~0.3; the band is sampling
+      # noise over 300 rounds
       assert_include(0.5..1.6, work.to_f / spent[:work], "the work before the call #{ctx}")
       assert_include(0.8..1.2, call.to_f / spent[:call], "the call #{ctx}")
     end
@@ -291,10 +289,9 @@ class TestModes < Test::Unit::TestCase
   # Ractor's running_ec at the new thread then) is triggered "to the
   # holder" and runs on the new thread instead. :nanosleep has that
   # window by design (docs/backends.md, "Known limitation of :nanosleep").
-  # And it failed (b/a 0.49, median 0.76) while the timer thread ticked on
-  # a fixed grid (docs/backends.md, "Tick timing"). 300 rounds: a
-  # simulation of this loop with exponential tick gaps puts b/a at
-  # 0.69-1.55 over 2,000 runs (150 rounds: 0.58-2.02).
+  # On a fixed tick grid it fails too (b/a 0.49, median 0.76:
+  # docs/backends.md, "Tick timing"). The band is sampling noise over 300
+  # rounds.
   def test_work_around_thread_new_and_join_gets_its_share
     (RPERF_BACKENDS - [:nanosleep]).each do |backend|
       RPERF_MODES.each do |mode|
@@ -318,9 +315,9 @@ class TestModes < Test::Unit::TestCase
   # another thread holds the GVL for 0.3 ms, 0.3 ms of `b`, 1,500 rounds.
   # A tick that lands in the wait does not sample this thread; on a fixed
   # tick grid its next tick comes one period later, past `b`, and takes
-  # `b`'s time for `a` (b/a 0.32-0.45 measured with the grid; the timer
-  # thread's Poisson schedule makes it ~1, 0.79-1.3 measured over backends
-  # and modes: docs/backends.md, "Tick timing"). The wide band is sampling
+  # `b`'s time for `a` (b/a 0.32-0.45 measured with the grid; one tick at
+  # a uniform moment of each period, the timer thread's schedule, keeps it
+  # near 1: docs/backends.md, "Tick timing"). The wide band is sampling
   # noise (about one sample per three stretches).
   def test_work_after_each_gvl_wait_keeps_its_share
     RPERF_BACKENDS.each do |backend|

@@ -809,10 +809,12 @@ RPERF_TEST(cpu_mode_job_takes_a_fresh_reading_from_the_backend)
     const int64_t ahead = 500000000;     /* 0.5 s: far past what the run burns */
     /* fresh (just taken): the job's weight is the reading's */
     RPERF_CHECK(job_weight_with_reading(ahead, 0, false) >= ahead);
-    /* taken while the thread held its GVL, found 600 us later (the job ran
-     * long after the tick: after a long C call that kept the GVL): taken,
-     * the sample ends at the tick */
-    RPERF_CHECK(job_weight_with_reading(ahead, 0, true) >= ahead);
+    /* taken while the thread held its GVL but found 600 us later (the job
+     * ran long after its tick, after a C call that kept the GVL): such a
+     * job reads its own clock, the call's time is its own up to now */
+    int64_t late = job_weight_with_reading(ahead, 0, true);
+    RPERF_CHECK(late > 0);
+    RPERF_CHECK(late < ahead);
     /* a whole interval old, from before the thread's RESUMED (another
      * thread's turn): the job reads its own clock */
     int64_t stale = job_weight_with_reading(ahead, 1000000, false);
@@ -942,31 +944,77 @@ RPERF_TEST(gc_steps_are_recorded_once_their_sum_passes_an_interval)
     }
 }
 
-/* Wall mode: a job that runs long after its tick (the thread was in a C
- * call that keeps the GVL) ends its sample at the tick: the time after the
- * tick stays for the next sample instead of going to the call with the
- * time before it. A job that runs right after its tick (the next one here)
- * ends its sample then, as before, taking that time. */
-RPERF_TEST(a_late_job_ends_its_sample_at_the_tick)
+/* Wall mode, the late rule: a job that runs long after its tick (the
+ * thread was in a C call that keeps the GVL) samples up to the end of its
+ * own capture, all of it the call's, less the mean time from a moment back
+ * to the tick before it (the head the call took from the code before it),
+ * which it leaves to the next sample; unless the thread's time starts at
+ * an exact boundary (its start, or the end of a call sampled late): then
+ * it keeps everything. 10 Hz, the fake backend's periodic ticks: the tail
+ * left is half an interval, 50 ms. */
+RPERF_TEST(a_late_job_leaves_the_mean_head_unless_its_start_is_exact)
 {
-    start_wall_at(10);                   /* late: a quarter interval, 25 ms */
+    start_wall_at(10);                   /* late: 50 us after the first tick */
     depth = 3;
     rperf_thread_t *pt = rperf_thread_new(RPERF_THREAD_CREATED);
     rperf_ev_resumed(pt);
-    let_ns_pass(3000000);                /* 3 ms of Ruby code */
+    RPERF_CHECK_EQ(pt->head, RPERF_HEAD_EXACT);
+    int64_t tail = rperf__engine.late_tail_ns;
+    RPERF_CHECK_EQ(tail, 50000000);
+    /* a call from the thread's start: exact, it keeps all its time */
     rperf_engine_tick_sigsafe();
-    int64_t tick = atomic_load(&rperf__engine.tick_mono);
-    RPERF_CHECK(tick > 0);
     let_ns_pass(30000000);               /* the call: no job for 30 ms */
     int before = captures;
-    rperf_sample_job(pt);                /* late: its sample ends at the tick */
+    int64_t job = rperf__mono_ns();
+    rperf_sample_job(pt);
     RPERF_CHECK_EQ(captures, before + 1);
-    RPERF_CHECK_EQ(pt->last_wall, tick);
+    RPERF_CHECK(pt->last_wall >= job);
+    RPERF_CHECK_EQ(pt->head, RPERF_HEAD_EXACT);
+    /* Ruby code with two on-time samples: the first in the glue right
+     * after the exact end (under late_after_ns, 50 us, when the machine
+     * (or a sanitizer) lets it come that soon), then one 1 ms on */
+    for (int i = 0; i < 2; i++) {
+        if (i == 1) let_ns_pass(1000000);
+        rperf_engine_tick_sigsafe();
+        int64_t from = pt->last_wall;
+        job = rperf__mono_ns();
+        rperf_sample_job(pt);
+        RPERF_CHECK(pt->last_wall >= job);
+        /* the job read the clock a little after `job`: within 5 us of the
+         * threshold either answer is right */
+        int64_t since = job - from, after = rperf__engine.late_after_ns;
+        if (i == 1 || since >= after) RPERF_CHECK_EQ(pt->head, RPERF_HEAD_TICK);
+        else if (since + 5000 < after) RPERF_CHECK_EQ(pt->head, RPERF_HEAD_FIRST_TICK);
+    }
+    /* a 60 ms call after Ruby code: it leaves the mean head */
     let_ns_pass(1000000);
     rperf_engine_tick_sigsafe();
-    int64_t job = rperf__mono_ns();
-    rperf_sample_job(pt);                /* on time: ends now, with the 30 + 1 ms */
-    RPERF_CHECK(pt->last_wall >= job);
+    let_ns_pass(60000000);
+    job = rperf__mono_ns();
+    rperf_sample_job(pt);
+    int64_t after = rperf__mono_ns();
+    RPERF_CHECK(pt->last_wall >= job - tail);
+    RPERF_CHECK(pt->last_wall <= after - tail);
+    RPERF_CHECK_EQ(pt->head, RPERF_HEAD_TICK);
+    /* a second call right after it: the tail left is its head, and it
+     * leaves as much again */
+    rperf_engine_tick_sigsafe();
+    let_ns_pass(60000000);
+    job = rperf__mono_ns();
+    rperf_sample_job(pt);
+    after = rperf__mono_ns();
+    RPERF_CHECK(pt->last_wall >= job - tail);
+    RPERF_CHECK(pt->last_wall <= after - tail);
+    /* a job for a tick that an earlier run of the job consumed (it came
+     * while that run sampled) answers nothing */
+    let_ns_pass(1000000);
+    rperf_engine_tick_sigsafe();
+    rperf_sample_job(pt);
+    before = captures;
+    int64_t last = pt->last_wall;
+    rperf_sample_job(pt);                /* flagged again, no new tick */
+    RPERF_CHECK_EQ(captures, before);
+    RPERF_CHECK_EQ(pt->last_wall, last);
     (void)exit_stop_and_sum(pt);
 }
 
@@ -1073,7 +1121,7 @@ int main(void)
                      RPERF_CASE(cpu_mode_job_takes_a_fresh_reading_from_the_backend),
                      RPERF_CASE(short_gc_steps_capture_nothing_and_stay_off_the_next_sample),
                      RPERF_CASE(gc_steps_are_recorded_once_their_sum_passes_an_interval),
-                     RPERF_CASE(a_late_job_ends_its_sample_at_the_tick),
+                     RPERF_CASE(a_late_job_leaves_the_mean_head_unless_its_start_is_exact),
                      RPERF_CASE(a_job_for_ticks_before_the_resumed_samples_nothing),
                      RPERF_CASE(a_slow_resume_is_the_wait_of_the_call_that_released_the_gvl));
 }
