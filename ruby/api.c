@@ -43,10 +43,13 @@ static bool is_old(rperf_frame_t v) { return RB_OBJ_PROMOTED_RAW((VALUE)v); }
 
 /* Is the GC marking now a major one? Ruby records the running GC's reason
  * at its start (gc_start: profile.latest_gc_info), and every major GC has a
- * major_by reason (a forced one: :force). Reading it allocates nothing. */
+ * major_by reason (a forced one: :force). Reading it allocates nothing once
+ * the key is a Symbol; before the extension has made it (a GC while it
+ * loads), every GC counts as major: marking everything is always safe,
+ * and a wrong key would raise, allocating inside GC. */
 static bool major_gc_now(void)
 {
-    return !NIL_P(rb_gc_latest_gc_info(sym_major_by));
+    return !sym_major_by || !NIL_P(rb_gc_latest_gc_info(sym_major_by));
 }
 
 /* Inside GC. A minor GC never frees old objects, so old frames and label
@@ -285,13 +288,17 @@ static VALUE c_after_fork_child(VALUE self)
 
 void rperf_rb_api_init(VALUE m)
 {
+    /* The key the mark function reads, made before the object whose mark
+     * function reads it: loading under GC.stress runs a GC at every
+     * allocation. */
+    VALUE major_by = ID2SYM(rb_intern("major_by"));
+    (void)rb_gc_latest_gc_info(major_by);   /* let Ruby set up its symbols now */
+    sym_major_by = major_by;
     /* DATA_PTR must be non-NULL: GC skips dmark for NULL data pointers. */
     static int token;
     profiler_obj = TypedData_Wrap_Struct(rb_cObject, &profiler_type, &token);
     rb_gc_register_mark_object(profiler_obj);
     static int main_marker;
-    sym_major_by = ID2SYM(rb_intern("major_by"));
-    (void)rb_gc_latest_gc_info(sym_major_by);   /* let Ruby set up its symbols now */
     main_key = rb_ractor_local_storage_ptr_newkey(NULL);
     rb_ractor_local_storage_ptr_set(main_key, &main_marker);
     id_finish_stop = rb_intern("__finish_stop");

@@ -237,6 +237,18 @@ class TestHostBehaviour < Test::Unit::TestCase
     assert_equal([5, "before\n"], run_program("exit_bang", {}).values_at(0, 2), "no at_exit, no finalizer")
   end
 
+  # Under GC.stress a GC runs at every allocation, so at every step of
+  # loading the extension too: the profiler's mark function works from the
+  # moment its object exists (it once read a GC key made after it: the key
+  # was 0, the read raised inside GC, "[BUG] object allocation during
+  # garbage collection phase").
+  def test_require_under_gc_stress
+    script = 'GC.stress = true; require "rperf"; GC.stress = false; print Rperf::VERSION'
+    run = run_command([RbConfig.ruby, "-I", RPERF_BUILD_LIB, "-e", script], timeout: 300)
+    assert(run.status.success?, "#{run.status.inspect}\n#{run.stderr}")
+    assert_equal(Rperf::VERSION, run.stdout)
+  end
+
   # Libraries the host loads after rperf still load: the extension's
   # thread-local block (all of it in glibc's static TLS area, shared with
   # every later dlopen, because some of it is initial-exec) stays small.
