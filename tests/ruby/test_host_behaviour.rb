@@ -238,10 +238,10 @@ class TestHostBehaviour < Test::Unit::TestCase
   end
 
   # Under GC.stress a GC runs at every allocation, so at every step of
-  # loading the extension too: the profiler's mark function works from the
-  # moment its object exists (it once read a GC key made after it: the key
-  # was 0, the read raised inside GC, "[BUG] object allocation during
-  # garbage collection phase").
+  # loading the extension too: the profiler's mark function must work from
+  # the moment its object exists (a GC key it reads but made after it would
+  # be 0 there, and the read would raise inside GC: "[BUG] object
+  # allocation during garbage collection phase").
   def test_require_under_gc_stress
     script = 'GC.stress = true; require "rperf"; GC.stress = false; print Rperf::VERSION'
     run = run_command([RbConfig.ruby, "-I", RPERF_BUILD_LIB, "-e", script], timeout: 300)
