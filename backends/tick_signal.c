@@ -75,6 +75,10 @@ static _Atomic int boot_rounds;
 static _Atomic int64_t boot_next_ns;
 static _Atomic int resending;                /* handlers inside a re-send */
 
+/* Test seam (tests/unit/test_tick_signal.c): called by a handler inside its
+ * re-send section, to hold it there while the test forks. NULL otherwise. */
+void (*volatile rperf__tick_signal_resend_hook)(void);
+
 static int64_t mono_now(void)
 {
     struct timespec t;
@@ -183,6 +187,7 @@ static void on_signal(int sig, siginfo_t *info, void *uc)
         /* counted, so that restore never puts the old action back while a
          * handler may still send (a late send would meet SIG_DFL: fatal) */
         atomic_fetch_add(&resending, 1);
+        if (rperf__tick_signal_resend_hook) rperf__tick_signal_resend_hook();
         if (atomic_load(&active)) rperf_tick_signal_bootstrap_resend();
         atomic_fetch_sub(&resending, 1);
     }
@@ -228,9 +233,13 @@ void rperf_tick_signal_restore(void)
     restore_action();
 }
 
+/* The child has none of the parent's other threads: a handler that was
+ * inside its re-send section on one of them at the fork never leaves it
+ * here, so its count is dropped (restore would wait for it for ever). */
 void rperf_tick_signal_after_fork(void)
 {
     atomic_store(&active, 0);
+    atomic_store(&resending, 0);
     atomic_store(&read_cpu, false);
     atomic_fetch_add(&reading_run, 1);
     boot_clear();

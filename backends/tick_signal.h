@@ -42,5 +42,8 @@ int rperf_tick_signal_send(pid_t tid);
 /* no GVL, no allocation: the kernel's state letter of task `tid` of this
  * process (R, S, D, ... from /proc/self/task/<tid>/stat), 0 if unknown. */
 char rperf_task_state(pid_t tid);
+/* Test seam: run by a handler inside its bootstrap re-send section (NULL:
+ * nothing; the extension never sets it). */
+extern void (*volatile rperf__tick_signal_resend_hook)(void);
 
 #endif

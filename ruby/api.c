@@ -8,25 +8,38 @@
  * runs (exporters, reports): Rperf.stop is a C method, and at exit a C end
  * proc (registered at require time, so it runs after the application's
  * at_exit blocks) stops a run that is still going and writes the output
- * asked for at start. A last guard at VM teardown (ruby_vm_at_exit) halts
- * ticks, jobs and the worker if a run was started even later; no tick ever
- * reaches a VM being destroyed.
+ * asked for at start. A run started even later (a later at_exit block, a
+ * finalizer) is halted when Ruby frees its data objects at exit
+ * (profiler_free), with a last guard at VM teardown (ruby_vm_at_exit); no
+ * tick ever reaches a VM being destroyed.
  *
- * Context: GVL held (Ruby method calls; running? from any Ractor), except profiler_mark, which runs inside GC
- * (GVL held, no allocation, lock-free), and vm_teardown (VM destruction, no
+ * Context: GVL held (Ruby method calls; running? from any Ractor), except
+ * profiler_mark and profiler_free, which run inside GC (GVL held, no
+ * allocation; the mark lock-free), and vm_teardown (VM destruction, no
  * Ruby API).
  */
 #include "rperf_ruby.h"
+#include "rperf_exporter.h"
 
+#include <ruby/thread.h>
 #include <ruby/vm.h>
 
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static VALUE profiler_obj;
 static ID id_finish_stop;
 static int finish_at_exit;          /* the run asked for output/reports */
+/* [path, exporter name, child run?] (frozen Strings, a boolean) when the
+ * run's output goes through a C exporter: then at exit and exec it is
+ * written from C, so the path to the file calls no method the application
+ * may have redefined (Symbol#to_s, Hash#[], ...). nil otherwise. */
+static VALUE exit_output = Qnil;
 static rb_ractor_local_key_t main_key;   /* set in the main Ractor only */
 
 static void require_main_ractor(const char *what)
@@ -63,13 +76,27 @@ static void profiler_mark(void *p)
     rperf_rb_labels_mark(minor);
 }
 
+/* Freed only at exit (the object is a registered mark object): Ruby frees
+ * data objects after the end procs and every at_exit block, before it
+ * tears the VM down (rb_objspace_call_finalizer, inside GC: no Ruby API).
+ * A run still going then — started by an at_exit block that ran after the
+ * end proc, or by a finalizer — is halted here, while Ruby's postponed-job
+ * queue still exists: with RUBY_FREE_AT_EXIT=1 Ruby frees that queue
+ * before the VM's at-exit hooks run (vm_teardown would be too late, and a
+ * tick's trigger would write through a NULL queue). */
+static void profiler_free(void *p)
+{
+    (void)p;
+    rperf_engine_halt();
+}
+
 /* Not RUBY_TYPED_WB_PROTECTED: the object is re-scanned at every marking,
  * so frames appended without write barriers are always seen (and
  * profiler_mark keeps that cheap in minor GCs). */
 static const rb_data_type_t profiler_type = {
     .wrap_struct_name = "rperf_profiler",
-    .function = { .dmark = profiler_mark, .dfree = NULL, .dsize = NULL },
-    .flags = 0,
+    .function = { .dmark = profiler_mark, .dfree = profiler_free, .dsize = NULL },
+    .flags = RUBY_TYPED_FREE_IMMEDIATELY,
 };
 
 static void fork_reset_if_needed(void)
@@ -80,18 +107,50 @@ static void fork_reset_if_needed(void)
     rperf_engine_fork_reset();
 }
 
-static bool stop_engine(void);
+static bool stop_engine_locked(void);
 static VALUE release(VALUE unused);
 
-/* _c_start(frequency, mode(0 cpu/1 wall), aggregate, backend_name, signo,
- *          ring_slots, finish_at_exit, max_label_sets) */
-static VALUE c_start(int argc, VALUE *argv, VALUE self)
+/* One lifecycle change at a time across Ractors: start, stop, snapshot and
+ * exit run in the main Ractor (its GVL orders them), but an exec from
+ * another Ractor halts the run from there (rperf_rb_stop_for_exec). Held
+ * for short spans; a thread of another Ractor waits for it without its
+ * GVL (a GC barrier never waits on it). Released in a fork child: the
+ * holder may be a thread the child does not have. */
+static _Atomic int lifecycle_busy;
+
+static void lifecycle_lock(void)
 {
-    rb_check_arity(argc, 8, 8);
+    int free_now = 0;
+    while (!atomic_compare_exchange_weak(&lifecycle_busy, &free_now, 1)) {
+        free_now = 0;
+        sched_yield();
+    }
+}
+
+static void *lifecycle_lock_nogvl(void *unused)
+{
+    (void)unused;
+    lifecycle_lock();
+    return NULL;
+}
+
+static VALUE lifecycle_unlock(VALUE unused)
+{
+    (void)unused;
+    atomic_store(&lifecycle_busy, 0);
+    return Qnil;
+}
+
+static void lifecycle_after_fork_child(void) { atomic_store(&lifecycle_busy, 0); }
+
+/* _c_start(frequency, mode(0 cpu/1 wall), aggregate, backend_name, signo,
+ *          ring_slots, finish_at_exit, max_label_sets), lifecycle lock held */
+static VALUE start_locked(VALUE args)
+{
+    const VALUE *argv = (const VALUE *)args;
     VALUE freq = argv[0], mode = argv[1], aggregate = argv[2], backend = argv[3];
     VALUE signo = argv[4], ring_slots = argv[5], finish = argv[6], label_cap = argv[7];
-    (void)self;
-    require_main_ractor("start");
+    exit_output = Qnil;
     fork_reset_if_needed();
     if (rperf_engine_running()) rb_raise(rb_eRuntimeError, "Rperf is already running");
     rperf_rb_signal_check_free(NUM2INT(signo));   /* never replace someone else's action */
@@ -139,12 +198,21 @@ static VALUE c_start(int argc, VALUE *argv, VALUE self)
         int state = 0;
         rperf_rb_window_start(&state);
         if (state) {                 /* e.g. a tracer raised: nothing started */
-            stop_engine();
+            stop_engine_locked();
             release(Qnil);
             rb_jump_tag(state);
         }
     }
     return Qnil;
+}
+
+static VALUE c_start(int argc, VALUE *argv, VALUE self)
+{
+    (void)self;
+    rb_check_arity(argc, 8, 8);
+    require_main_ractor("start");
+    lifecycle_lock();
+    return rb_ensure(start_locked, (VALUE)argv, lifecycle_unlock, Qnil);
 }
 
 /* Free a stopped run's engine data (never touches Ruby threads: the tokens
@@ -156,16 +224,25 @@ static VALUE release(VALUE unused)
     return Qnil;
 }
 
-/* Stop the engine and remove the hooks: C only, no Ruby code runs. */
-static bool stop_engine(void)
+/* Stop the engine and remove the hooks: C only, no Ruby code runs (the
+ * parked threads' stacks are read without calling a method). */
+static bool stop_engine_locked(void)
 {
-    fork_reset_if_needed();
     if (!rperf_engine_running()) return false;
     rperf_rb_window_meet_parked();
     rperf_engine_stop();
     rperf_rb_window_forget();
     rperf_rb_hooks_remove();
     return true;
+}
+
+static bool stop_engine(void)
+{
+    fork_reset_if_needed();
+    lifecycle_lock();
+    bool was = stop_engine_locked();
+    lifecycle_unlock(Qnil);
+    return was;
 }
 
 static VALUE build_stopped_result(VALUE unused)
@@ -195,30 +272,134 @@ static VALUE rb_stop(VALUE self)
     return rb_ensure(build_and_finish, Qnil, release, Qnil);
 }
 
+typedef struct {
+    VALUE out, data;
+} exit_export_t;
+
+static VALUE flush_stream(VALUE io)
+{
+    if (RB_TYPE_P(io, T_FILE)) rb_io_flush(io);
+    return Qnil;
+}
+
+static VALUE export_exit_output(VALUE arg)
+{
+    exit_export_t *a = (exit_export_t *)arg;
+    return rperf_rb_export_engine_file(RARRAY_AREF(a->out, 1), RARRAY_AREF(a->out, 0), a->data);
+}
+
+/* The message of the pending error (rb_errinfo), read without calling a
+ * method: the failure may come from a tracer that raises on every call, or
+ * from a redefined core method. The error is cleared. */
+static void report_error(const char *what)
+{
+    VALUE e = rb_errinfo();
+    rb_set_errinfo(Qnil);
+    VALUE msg = NIL_P(e) ? Qnil : rb_attr_get(e, rb_intern("mesg"));
+    const char *cls = NIL_P(e) ? "?" : rb_class2name(rb_obj_class(e));
+    fprintf(stderr, "%s: %.*s (%s)\n", what, RB_TYPE_P(msg, T_STRING) ? (int)RSTRING_LEN(msg) : 7,
+            RB_TYPE_P(msg, T_STRING) ? RSTRING_PTR(msg) : "(error)", cls ? cls : "?");
+}
+
+/* The output of a run stopped at exit or exec, through its C exporter
+ * (exit_output): true when it was handled here (written, or reported). */
+static bool write_exit_output(VALUE out, VALUE data)
+{
+    if (NIL_P(out) || !RB_TYPE_P(data, T_HASH) || !rperf_engine_config()->aggregate) return false;
+    VALUE path = RARRAY_AREF(out, 0);
+    if (RTEST(RARRAY_AREF(out, 2))) {
+        /* the rperf command's run: its directory is gone when this process
+         * outlived the command */
+        char *dir = strdup(RSTRING_PTR(path));
+        char *slash = dir ? strrchr(dir, '/') : NULL;
+        if (slash) *slash = '\0';
+        bool gone = slash && access(dir, F_OK) != 0;
+        free(dir);
+        if (gone) {
+            fprintf(stderr, "rperf: process %ld exited after the profiled command; its profile is left out\n",
+                    (long)getpid());
+            rperf_writer_spare_release();
+            return true;
+        }
+    }
+    int state = 0;
+    rb_protect(flush_stream, rb_stdout, &state);
+    if (!state) rb_protect(flush_stream, rb_stderr, &state);
+    if (state) rb_set_errinfo(Qnil);   /* a broken stream: write the profile anyway */
+    exit_export_t a = { out, data };
+    rb_protect(export_exit_output, (VALUE)&a, &state);
+    rperf_writer_spare_release();
+    if (state) {
+        char what[160];
+        snprintf(what, sizeof what, "rperf: exporter %s failed", RSTRING_PTR(RARRAY_AREF(out, 1)));
+        report_error(what);
+    }
+    return true;
+}
+
+static VALUE build_stopped_result(VALUE unused);
+
+static VALUE finish_stop_written(VALUE data)
+{
+    return rb_funcall(rperf_rb_mRperf, id_finish_stop, 2, data, Qtrue);
+}
+
+/* A run stopped at exit or exec: its output/reports are written if start
+ * asked for them (the output from C when a C exporter writes it), then its
+ * data is released. An error there is reported on stderr and does not
+ * change the exit status. */
+static void finish_stopped_run(const char *when)
+{
+    VALUE out = exit_output;
+    exit_output = Qnil;
+    int state = 0;
+    if (finish_at_exit) {
+        VALUE data = rb_protect(build_stopped_result, Qnil, &state);
+        if (!state && write_exit_output(out, data))
+            rb_protect(finish_stop_written, data, &state);
+        else if (!state)
+            rb_protect(finish_stop, data, &state);
+        RB_GC_GUARD(data);
+        RB_GC_GUARD(out);
+    }
+    release(Qnil);
+    if (state) {
+        char what[64];
+        snprintf(what, sizeof what, "rperf: writing the profile at %s failed", when);
+        report_error(what);
+    }
+}
+
 /* End proc (main thread, GVL held, at exit): a run still going is stopped
- * here; its output/reports are written if start asked for them. An error
- * there is reported on stderr and does not change the exit status. */
+ * and finished here. */
 static void at_end(VALUE unused)
 {
     (void)unused;
     if (rb_ractor_local_storage_ptr(main_key) == NULL || !stop_engine()) return;
-    int state = 0;
-    if (finish_at_exit) rb_protect(build_and_finish, Qnil, &state);
-    release(Qnil);
-    if (state) {
-        /* the message is read without calling a method: the failure may
-         * come from a tracer that raises on every call */
-        VALUE e = rb_errinfo();
-        rb_set_errinfo(Qnil);
-        VALUE msg = rb_attr_get(e, rb_intern("mesg"));
-        fprintf(stderr, "rperf: writing the profile at exit failed: %.*s\n",
-                RB_TYPE_P(msg, T_STRING) ? (int)RSTRING_LEN(msg) : 7,
-                RB_TYPE_P(msg, T_STRING) ? RSTRING_PTR(msg) : "(error)");
-    }
+    finish_stopped_run("exit");
 }
 
-/* VM teardown (ruby_vm_destruct): no Ruby API any more. Halts a run that
- * started after the end proc ran (e.g. in a later at_exit block). */
+/* Before exec (exec.c), GVL held, any Ractor: the run is over before the
+ * image is replaced. In the main Ractor it is finished as at exit; in
+ * another one it is halted (no last sample, nothing written: the profile
+ * is built in the main Ractor only). Returns whether a run was going. */
+bool rperf_rb_stop_for_exec(void)
+{
+    if (rb_ractor_local_storage_ptr(main_key) != NULL) {
+        if (!stop_engine()) return false;
+        finish_stopped_run("exec");
+        return true;
+    }
+    if (!rperf_engine_running()) return false;
+    rb_thread_call_without_gvl(lifecycle_lock_nogvl, NULL, NULL, NULL);
+    bool was = rperf_engine_running();
+    rperf_engine_halt();
+    lifecycle_unlock(Qnil);
+    return was;
+}
+
+/* VM teardown (ruby_vm_destruct): no Ruby API any more. The last guard
+ * (profiler_free normally halts a late run first). */
 static void vm_teardown(ruby_vm_t *vm)
 {
     (void)vm;
@@ -230,6 +411,7 @@ static VALUE resume_clear(VALUE clear)
     /* a new window: label sets nobody uses any more are released too */
     if (RTEST(clear)) rperf_rb_labels_window_clear();
     rperf_engine_resume(RTEST(clear));
+    lifecycle_unlock(Qnil);
     return Qnil;
 }
 
@@ -255,12 +437,29 @@ static VALUE c_snapshot(int argc, VALUE *argv, VALUE self)
     }
     require_main_ractor("snapshot");
     fork_reset_if_needed();
-    if (!rperf_engine_running()) return Qnil;
-    if (!rperf_engine_config()->aggregate)
+    lifecycle_lock();
+    if (!rperf_engine_running()) return lifecycle_unlock(Qnil);
+    if (!rperf_engine_config()->aggregate) {
+        lifecycle_unlock(Qnil);
         rb_raise(rb_eRuntimeError, "snapshot requires aggregate mode (aggregate: true)");
+    }
     rperf_rb_window_meet_parked();
     rperf_engine_pause();
     return rb_ensure(build_snapshot, Qnil, resume_clear, clear);
+}
+
+/* _c_exit_output(path, exporter_name, child_run): the run just started
+ * writes its output through this C exporter at exit and exec. */
+static VALUE c_exit_output(VALUE self, VALUE path, VALUE name, VALUE child)
+{
+    (void)self;
+    require_main_ractor("start");
+    FilePathValue(path);
+    StringValue(name);
+    if (!rperf_engine_running() || !rperf_exporter_find(StringValueCStr(name))) return Qnil;
+    exit_output = rb_ary_new_from_args(3, rb_str_new_frozen(path), rb_str_new_frozen(name),
+                                       RTEST(child) ? Qtrue : Qfalse);
+    return Qnil;
 }
 
 static VALUE c_running_p(VALUE self)
@@ -302,12 +501,15 @@ void rperf_rb_api_init(VALUE m)
     main_key = rb_ractor_local_storage_ptr_newkey(NULL);
     rb_ractor_local_storage_ptr_set(main_key, &main_marker);
     id_finish_stop = rb_intern("__finish_stop");
+    rb_gc_register_address(&exit_output);
+    pthread_atfork(NULL, NULL, lifecycle_after_fork_child);
     rb_set_end_proc(at_end, Qnil);
     ruby_vm_at_exit(vm_teardown);
     rb_define_module_function(m, "_c_start", c_start, -1);
     rb_define_module_function(m, "stop", rb_stop, 0);
     rb_define_module_function(m, "snapshot", c_snapshot, -1);
     rb_define_module_function(m, "running?", c_running_p, 0);
+    rb_define_module_function(m, "_c_exit_output", c_exit_output, 3);
     rb_define_module_function(m, "_c_backends", c_backends, 0);
     rb_define_module_function(m, "_c_after_fork_child", c_after_fork_child, 0);
     rb_define_const(m, "DEFAULT_RING_SLOTS", INT2NUM(RPERF_DEFAULT_RING_SLOTS));

@@ -61,6 +61,7 @@
 #include "export_internal.h"
 
 void rperf_rb_exporters_init(VALUE mRperf);
+VALUE rperf_rb_export_engine_file(VALUE name, VALUE path, VALUE data);
 
 /* ---- arena: stable pointers for phase-1 strings ---------------------------- */
 
@@ -748,6 +749,14 @@ static VALUE
 rb_rperf_c_export_engine(VALUE self, VALUE name, VALUE path, VALUE data)
 {
     (void)self;
+    return run_export(name, data, path, Qnil, 1);
+}
+
+/* The output of a run stopped at exit or exec (ruby/api.c): as
+ * _c_export_engine, called from C with no method call on the way. */
+VALUE
+rperf_rb_export_engine_file(VALUE name, VALUE path, VALUE data)
+{
     return run_export(name, data, path, Qnil, 1);
 }
 

@@ -61,6 +61,11 @@ VALUE rperf_rb_build_result(bool raw);
 
 /* api.c */
 void rperf_rb_api_init(VALUE mRperf);
+/* Before exec, GVL held, any Ractor: stop the run (exec.c) */
+bool rperf_rb_stop_for_exec(void);
+
+/* exec.c */
+void rperf_rb_exec_init(void);
 
 /* signals.c */
 void rperf_rb_signals_init(VALUE mRperf);
@@ -70,6 +75,9 @@ void rperf_rb_signal_check_free(int signo);
 
 /* export.c (exporters) */
 void rperf_rb_exporters_init(VALUE mRperf);
+/* GVL held, engine stopped, results held: write `data`'s profile to path
+ * with the C exporter `name`, calling no Ruby method (raises on failure) */
+VALUE rperf_rb_export_engine_file(VALUE name, VALUE path, VALUE data);
 
 /* decode.c (the pprof reader: Rperf._decode_pprof) */
 void rperf_rb_decode_init(VALUE mRperf);

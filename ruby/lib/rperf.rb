@@ -79,6 +79,11 @@ module Rperf
       begin
         _c_start(frequency, MODES[mode], aggregate ? true : false, backend_name.to_s, signo, ring_size,
                  output || verbose || stat ? true : false, max_label_sets)
+        # a C exporter writes the output at exit and exec from C: no method
+        # the application may have redefined on the way
+        if output && aggregate && !(@ruby_exporters || {}).key?(exporter_name)
+          _c_exit_output(output, exporter_name.to_s, false)
+        end
       rescue Exception # rubocop:disable Lint/RescueException
         # nothing started: no run left behind, no descriptor kept for it
         # (unless another thread's start won the race and owns both)
@@ -106,15 +111,17 @@ module Rperf
     # releases the engine's data afterwards (C exporters read it meanwhile).
     # The output is written before the reports: a failing report never
     # loses it.
-    def __finish_stop(data)
+    # `output_written`: at exit and exec the output went through a C
+    # exporter already (ruby/api.c), which also reported a gone directory.
+    def __finish_stop(data, output_written = false)
       run = @run || {}
       @run = nil
       finish_result(data)
       if run[:child_stats] && !File.directory?(File.dirname(run[:child_stats]))
-        warn "rperf: process #{Process.pid} exited after the profiled command; its profile is left out"
+        warn "rperf: process #{Process.pid} exited after the profiled command; its profile is left out" unless output_written
         run = run.merge(output: nil, child_stats: nil)
       end
-      write_output(data, run) if run[:output]
+      write_output(data, run) if run[:output] && !output_written
       write_child_stats(data, run) if run[:child_stats]
       report_verbose(data) if run[:verbose]
       report_stat(data, run) if run[:stat]
@@ -128,7 +135,8 @@ module Rperf
     # itself, its forks, the Ruby processes it spawns) profiles itself into
     # the run's private directory: the profile as pprof in <dir>/<pid>.pb.gz,
     # its counters (samples, GC, memory, context switches) in
-    # <dir>/<pid>.stat.json. The command merges them into one output at exit
+    # <dir>/<pid>.stat.json (<pid>.<n>.*: the n-th program the process
+    # exec'd into, whose predecessor's run ended at the exec). The command merges them into one output at exit
     # (ruby/lib/rperf/cli.rb) and prints the stats block itself.
 
     # Start the command's run in this process (env auto-start, and again in
@@ -139,8 +147,16 @@ module Rperf
       return unless File.directory?(dir)
 
       @child_run = [dir, opts]
-      start(**opts.merge(output: File.join(dir, "#{Process.pid}.pb.gz"), exporter: :pprof, stat: false))
-      @run[:child_stats] = File.join(dir, "#{Process.pid}.stat.json")
+      # A program this process exec'd into profiles as the same pid: the
+      # profile its predecessor wrote at the exec keeps its name.
+      base = File.join(dir, Process.pid.to_s)
+      n = 0
+      base = File.join(dir, "#{Process.pid}.#{n += 1}") while File.exist?("#{base}.pb.gz")
+      # the process's context switches go on across exec: only its own count
+      stat_base ||= stat_counters.slice(*STAT_SINCE_EXEC).compact if n.positive?
+      start(**opts.merge(output: "#{base}.pb.gz", exporter: :pprof, stat: false))
+      _c_exit_output("#{base}.pb.gz", "pprof", true) if @run[:aggregate]
+      @run[:child_stats] = "#{base}.stat.json"
       @run[:stat_base] = stat_base
       nil
     end
@@ -360,6 +376,7 @@ module Rperf
 
     # Counters a fork child inherits from its parent (reported as deltas).
     STAT_SINCE_FORK = %w[gc_time_ms gc_count minor_gc_count major_gc_count allocated freed].freeze
+    STAT_SINCE_EXEC = %w[voluntary involuntary].freeze
 
     # This process's counters for the stats block; `data`'s sampling
     # counters when given.

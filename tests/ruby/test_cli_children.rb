@@ -7,7 +7,7 @@
 # numeric `pid` label on every sample and each process's threads kept
 # apart; `stat` sums the processes into one block; the directory is
 # removed afterwards, those of dead runs at the next start; the command's
-# exit status is kept. Without the CLI (plain env auto-start) a fork child
+# exit status is kept; a program a process execs into adds its own profile. Without the CLI (plain env auto-start) a fork child
 # still starts with a stopped profiler and writes nothing.
 
 require_relative "helper"
@@ -160,6 +160,20 @@ class TestCLIChildren < Test::Unit::TestCase
     # a command killed by a signal: the CLI dies the same way, the directory is gone
     _, _, st = rperf("record", "-o", "k.pb.gz", "ruby", "-e", "def w = 200_000.times { }; w; Process.kill(:TERM, $$)")
     assert_equal(Signal.list["TERM"], st.termsig)
+    assert_empty(Dir.children(@tmp))
+  end
+
+  # A process that execs another Ruby program: the profile of each image,
+  # both with the same pid, is in the merged output.
+  def test_a_program_exec_d_into_keeps_its_predecessor_s_profile
+    launcher = "def rperf_launcher_work = (#{BURN}); rperf_launcher_work; " \
+               "exec RbConfig.ruby, '-e', #{"def rperf_exec_d_work = (#{BURN}); rperf_exec_d_work".dump}"
+    _, err, st = rperf("record", "-o", "x.pb.gz", "ruby", "-e", launcher)
+    assert_equal(0, st.exitstatus, err)
+    by_pid = functions_by_pid(Rperf::Report.load(File.join(@dir, "x.pb.gz")))
+    assert_equal(1, by_pid.size, by_pid.inspect)
+    assert_include(by_pid.values.first, "Object#rperf_launcher_work")
+    assert_include(by_pid.values.first, "Object#rperf_exec_d_work")
     assert_empty(Dir.children(@tmp))
   end
 

@@ -12,6 +12,7 @@
 # the end procs).
 
 require_relative "helper"
+require "rperf/report"
 
 class TestHostBehaviour < Test::Unit::TestCase
   # Printed by programs: the process's signal dispositions as the OS and
@@ -247,6 +248,70 @@ class TestHostBehaviour < Test::Unit::TestCase
     run = run_command([RbConfig.ruby, "-I", RPERF_BUILD_LIB, "-e", script], timeout: 300)
     assert(run.status.success?, "#{run.status.inspect}\n#{run.stderr}")
     assert_equal(Rperf::VERSION, run.stdout)
+  end
+
+  # Every entry point under GC.stress, from loading to exit: start, label,
+  # snapshot and stop with every backend in both modes, then a run left
+  # going at exit writes its output.
+  def test_the_whole_lifecycle_under_gc_stress
+    Dir.mktmpdir("rperf-gcstress") do |dir|
+      out = File.join(dir, "exit.collapsed")
+      script = <<~RUBY
+        GC.stress = true
+        require "rperf"
+        %i[#{RPERF_BACKENDS.join(' ')}].each do |b|
+          %i[cpu wall].each do |m|
+            Rperf.start(backend: b, mode: m, frequency: 1000)
+            Rperf.label(req: "a") { x = 0; 2000.times { x += 1 } }
+            s = Rperf.snapshot
+            d = Rperf.stop
+            print "\#{b}/\#{m}:\#{s.class}/\#{d.class} "
+          end
+        end
+        Rperf.start(frequency: 10_000, mode: :wall, output: #{out.dump}, format: :collapsed)
+        def rperf_stressed_work = (x = 0; 2000.times { x += 1 })
+        rperf_stressed_work
+      RUBY
+      run = run_command([RbConfig.ruby, "-I", RPERF_BUILD_LIB, "-e", script], timeout: 300)
+      assert(run.status.success?, "#{run.status.inspect}\n#{run.stderr}")
+      want = RPERF_BACKENDS.flat_map { |b| %w[cpu wall].map { |m| "#{b}/#{m}:Hash/Hash " } }.join
+      assert_equal(want, run.stdout)
+      assert_include(File.read(out), "Object#rperf_stressed_work")
+    end
+  end
+
+  # A program that redefines core methods (as Ruby's own optimisation
+  # tests do) still gets its profile at exit and at exec: the way from the
+  # stop to the file calls none of them.
+  REDEFINE = <<~'RUBY'
+    class Symbol; def to_s = 1; end
+    class String; def to_s = :x; end
+    class Hash; def [](_key) = nil; end
+    class Integer; def to_s(*) = nil; end
+    class Array; def pack(*) = nil; end
+  RUBY
+
+  def test_redefined_core_methods_do_not_lose_the_profile
+    Dir.mktmpdir("rperf-redefine") do |dir|
+      { "exit" => "nil", "exec" => 'exec("/bin/sh", "-c", "exit 0")' }.each do |how, ending|
+        %w[pb.gz collapsed].each do |suffix|
+          out = File.join(dir, "#{how}.#{suffix}")
+          script = "def rperf_redefining_work = (x = 0; 300_000.times { x += 1 })\n" \
+                   "rperf_redefining_work\n#{REDEFINE}#{ending}\n"
+          run = run_command([RbConfig.ruby, "-I", RPERF_BUILD_LIB, "-rrperf", "-e", script],
+                            env: { "RPERF_ENABLED" => "1", "RPERF_OUTPUT" => out, "RPERF_MODE" => "wall" })
+          assert(run.status.success?, "#{how}/#{suffix}: #{run.status.inspect}\n#{run.stderr}")
+          assert_equal("", run.stderr, "#{how}/#{suffix}")
+          if suffix == "pb.gz" # a valid pprof file
+            profile = Rperf::Report.load(out)
+            names = profile.data[:aggregated_samples].flat_map { |frames, *| frames.map { |f| f[1] } }
+            assert_include(names, "Object#rperf_redefining_work", "#{how}/#{suffix}")
+          else
+            assert_match(/;Object#rperf_redefining_work(;\S+)* \d+$/, File.read(out), "#{how}/#{suffix}")
+          end
+        end
+      end
+    end
   end
 
   # Libraries the host loads after rperf still load: the extension's

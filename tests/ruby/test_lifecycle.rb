@@ -1,7 +1,8 @@
 # frozen_string_literal: true
 # The lifecycle windows where a profiler can hurt its host: the process exits
 # while profiling (no stop), threads die between stop and release, stop is
-# raced by other Ractors labelling, label ids outlive their run. Each
+# raced by other Ractors labelling, label ids outlive their run, a run
+# started after the end proc meets RUBY_FREE_AT_EXIT. Each
 # scenario runs in a child Ruby so that a crash is reported, not fatal.
 require_relative "helper"
 
@@ -42,6 +43,28 @@ class TestLifecycle < Test::Unit::TestCase
       end
     end
     assert_empty(failures, "#{failures.size} of #{runs} exits failed:\n#{failures.first(3).join("\n")}")
+  end
+
+  # RUBY_FREE_AT_EXIT=1 (what ASan/valgrind runs of an application set):
+  # Ruby frees its postponed-job queue before the VM's at-exit hooks. A run
+  # started by an at_exit block registered before `require "rperf"` (as
+  # minitest/autorun registers its own) runs after rperf's end proc, and is
+  # still going then: it must be halted before that free (a tick's trigger
+  # would write through the freed queue).
+  def test_a_run_started_after_the_end_proc_with_free_at_exit
+    failures = []
+    runs = 0
+    RPERF_BACKENDS.each do |backend|
+      Integer(ENV.fetch("RPERF_FREE_AT_EXIT_RUNS", "40")).times do
+        runs += 1
+        run = run_command([RbConfig.ruby, "-W0", "-I", RPERF_BUILD_LIB, "-e", <<~RUBY], env: { "RUBY_FREE_AT_EXIT" => "1" }, timeout: 60)
+          at_exit { Rperf.start(frequency: 10_000, mode: :wall, backend: :#{backend}); x = 0; 300_000.times { x += 1 } }
+          require "rperf"
+        RUBY
+        failures << "#{backend}: #{run.describe}" unless run.success?
+      end
+    end
+    assert_empty(failures, "#{failures.size} of #{runs} exits failed:\n#{failures.first(2).join("\n")}")
   end
 
   # An output: given to start is written at exit, as with the env auto-start.

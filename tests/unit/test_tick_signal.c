@@ -4,7 +4,8 @@
  * CPU clock at a timer tick, the job takes it once, and a reading from an
  * earlier run is never handed out (in a fork child the thread CPU clock
  * starts again from zero, so the engine's own monotonicity check could not
- * tell it apart).
+ * tell it apart); a fork child whose parent had a handler inside its
+ * bootstrap re-send section on another thread never waits for it at stop.
  * Context: a plain C test program (no Ruby); the fake engine of
  * fake_engine.h makes this thread a running Ruby thread for the handler
  * (a wall-mode run: the handler reads whenever the backend asks).
@@ -14,8 +15,10 @@
 #include "fake_engine.h"
 #include "tick_signal.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <sys/wait.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -67,8 +70,66 @@ RPERF_TEST(a_timer_tick_leaves_one_cpu_reading_for_its_own_run)
     rperf_engine_release();
 }
 
+/* ---- a fork while another thread's handler re-sends ---------------------- */
+
+static _Atomic int held, let_go, spinners_stop;
+
+/* The first handler to enter the re-send section stays there until let go
+ * (a spin on an atomic: async-signal-safe). */
+static void hold_first(void)
+{
+    int none = 0;
+    if (!atomic_compare_exchange_strong(&held, &none, 1)) return;
+    while (!atomic_load(&let_go)) {
+    }
+}
+
+/* A runnable task the bootstrap signals (not a Ruby thread: its handler
+ * answers "nothing here"). */
+static void *spin(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&spinners_stop)) {
+    }
+    return NULL;
+}
+
+RPERF_TEST(a_fork_child_never_waits_for_the_parents_resending_handlers)
+{
+    char err[128];
+    RPERF_CHECK_EQ(rperf_tick_signal_install(0, err, sizeof(err)), 0);
+    rperf__tick_signal_resend_hook = hold_first;
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++) RPERF_CHECK_EQ(pthread_create(&t[i], NULL, spin, NULL), 0);
+    /* both spinners runnable: the bootstrap records them; the first to
+     * answer still sees the other waiting, enters the re-send section, and
+     * is held there */
+    while (!atomic_load(&held)) {
+        if (!rperf_tick_signal_bootstrap_pending()) rperf_tick_signal_bootstrap(NULL, 0, 0);
+        sched_yield();
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(20);   /* a watchdog, not a timing check: a hang dies of SIGALRM */
+        rperf_tick_signal_after_fork();
+        rperf_tick_signal_install(0, err, sizeof(err));   /* the child profiles itself... */
+        rperf_tick_signal_restore();                      /* ...and stops */
+        _exit(0);
+    }
+    RPERF_CHECK(pid > 0);
+    atomic_store(&let_go, 1);
+    int status = 0;
+    RPERF_CHECK_EQ(waitpid(pid, &status, 0), pid);
+    RPERF_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    atomic_store(&spinners_stop, 1);
+    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+    rperf_tick_signal_restore();
+    rperf__tick_signal_resend_hook = NULL;
+}
+
 int main(void)
 {
     rperf_engine_init(&host);
-    return RPERF_RUN(RPERF_CASE(a_timer_tick_leaves_one_cpu_reading_for_its_own_run));
+    return RPERF_RUN(RPERF_CASE(a_timer_tick_leaves_one_cpu_reading_for_its_own_run),
+                     RPERF_CASE(a_fork_child_never_waits_for_the_parents_resending_handlers));
 }

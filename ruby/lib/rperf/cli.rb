@@ -45,7 +45,7 @@ module Rperf
     # The run's private directory in Dir.tmpdir: rperf-run-<CLI pid>-<random>.
     RUN_DIR = /\Arperf-run-(\d+)-\h{16}\z/
     # A process's files in it (ruby/lib/rperf.rb, __start_child_run).
-    CHILD_PROFILE = /\A(\d+)\.pb\.gz\z/
+    CHILD_PROFILE = /\A((\d+)(?:\.\d+)?)\.pb\.gz\z/
 
     USAGE = <<~TEXT
       Usage: rperf <subcommand> [options] command [args...]
@@ -527,7 +527,8 @@ module Rperf
     # left out.
     def read_run_dir(dir)
       parts = Dir.children(dir).filter_map do |name|
-        pid = name[CHILD_PROFILE, 1]&.to_i or next
+        base = name[CHILD_PROFILE, 1] or next
+        pid = name[CHILD_PROFILE, 2].to_i
         path = File.join(dir, name)
         begin
           prof = Rperf::Report.load(path)
@@ -535,7 +536,7 @@ module Rperf
           @err.puts "rperf: process #{pid}: #{e.message.delete_prefix("#{path}: ")}; left out"
           next
         end
-        [pid, prof, read_stats(File.join(dir, "#{pid}.stat.json"))]
+        [pid, prof, read_stats(File.join(dir, "#{base}.stat.json"))]
       end
       parts.sort_by { |pid, prof, _| [prof.data[:start_time_ns] || 0, pid] }
     end
