@@ -17,7 +17,10 @@ Gem::Specification.new do |s|
                   "per-thread lock-free rings, pprof/collapsed/speedscope/text output " \
                   "and the rperf command (record, stat, exec)."
   s.authors = ["rperf developers"]
-  s.required_ruby_version = ">= 3.3"
+  # 3.3.1: a postponed job triggered from a non-Ruby thread goes to the
+  # main Ractor's running thread (Ruby bug #20197), which the default
+  # backend's direct trigger relies on; 3.3.0 sends it to the main thread.
+  s.required_ruby_version = ">= 3.3.1"
   s.platform = Gem::Platform::RUBY
 
   s.files = Dir.chdir(__dir__) do

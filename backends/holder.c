@@ -62,7 +62,8 @@
  * blocked; no Ruby API: the trigger and tgkill are async-signal-safe and
  * thread-safe); start/stop with the GVL held; thread_resumed/suspended in
  * the thread hooks on the thread itself, thread_identified, job_ran and
- * tick_cpu in the job (no Ruby API); the key destructor when a native thread exits;
+ * tick_cpu in the job (no Ruby API); the key destructor when a native thread
+ * exits (inside the engine's enter/leave);
  * after_fork_child inside fork() in the child.
  */
 #include "cpu_reading.h"
@@ -72,7 +73,6 @@
 #include "tick_signal.h"
 #include "timer_thread.h"
 
-#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -170,27 +170,38 @@ static bool have_slot(void)
     return mine.index >= 0 && mine.epoch == atomic_load_explicit(&live.epoch, memory_order_acquire);
 }
 
+/* Inside the engine's enter/leave: a stop (and the start after it, which
+ * clears the table and hands the slot to another thread) cannot pass
+ * between the slot check and the writes. When no run is going, the table
+ * was or will be cleared by the stop: nothing to give back. */
 static void on_native_thread_exit(void *arg)
 {
     (void)arg;
-    if (have_slot()) {
-        int i = mine.index;
-        set_holds(HOLDS_NOTHING);
-        atomic_store(&table[i].tid, 0);
-        int h = atomic_load(&free_hint);
-        while (i < h && !atomic_compare_exchange_weak(&free_hint, &h, i)) {
+    if (rperf_engine_enter()) {
+        if (have_slot()) {
+            int i = mine.index;
+            set_holds(HOLDS_NOTHING);
+            atomic_store(&table[i].tid, 0);
+            int h = atomic_load(&free_hint);
+            while (i < h && !atomic_compare_exchange_weak(&free_hint, &h, i)) {
+            }
         }
+        rperf_engine_leave();
     }
     mine.index = -1;
 }
 
-static void make_key(void) { pthread_key_create(&exit_key, on_native_thread_exit); }
+/* Without the key (out of keys) no slot is claimed: a slot whose thread
+ * exits unseen would keep a dead tid for the rest of the run. */
+static bool key_made;
+static void make_key(void) { key_made = pthread_key_create(&exit_key, on_native_thread_exit) == 0; }
 
 /* This native thread's slot (claimed on first use in a run), or -1. */
 static int claim_slot(void)
 {
     if (have_slot()) return mine.index;
     pthread_once(&key_once, make_key);
+    if (!key_made) return -1;     /* this thread gets no tick */
     int32_t tid = rperf_native_tid();
     int start = atomic_load_explicit(&free_hint, memory_order_relaxed);
     if (start < 0 || start >= MAX_SLOTS) start = 0;
@@ -204,10 +215,13 @@ static int claim_slot(void)
         int n = atomic_load(&used);
         while (n < i + 1 && !atomic_compare_exchange_weak(&used, &n, i + 1)) {
         }
+        if (pthread_setspecific(exit_key, &mine) != 0) {
+            atomic_store(&table[i].tid, 0);   /* its exit would go unseen */
+            return -1;
+        }
         mine.index = i;
         mine.holds = HOLDS_NOTHING;   /* clear_table left it so */
         mine.epoch = atomic_load(&live.epoch);
-        pthread_setspecific(exit_key, &mine);
         return i;
     }
     return -1;                    /* table full: this thread gets no tick */
@@ -468,33 +482,9 @@ static bool nobody_holds(void)
 
 /* ---- lifecycle (GVL held) ------------------------------------------------------ */
 
-/* Ruby reads RUBY_MN_THREADS once, at boot, from its initial environment
- * (thread_pthread.c ruby_mn_threads_params: atoi > 0). ENV changes made
- * since do not count, so read the initial environment too. */
-static bool main_ractor_mn(void)
-{
-    static int cached = -1;
-    if (cached >= 0) return cached;
-    cached = 0;
-    int fd = open("/proc/self/environ", O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return cached;
-    static char buf[1 << 16];
-    size_t len = 0;
-    ssize_t r;
-    while (len < sizeof(buf) - 1 && (r = read(fd, buf + len, sizeof(buf) - 1 - len)) > 0)
-        len += (size_t)r;
-    close(fd);
-    buf[len] = '\0';
-    static const char key[] = "RUBY_MN_THREADS=";
-    for (size_t at = 0; at < len; at += strlen(buf + at) + 1)
-        if (strncmp(buf + at, key, sizeof(key) - 1) == 0)
-            cached = atoi(buf + at + sizeof(key) - 1) > 0;
-    return cached;
-}
-
 static int holder_start(const rperf_backend_config_t *cfg, char *err, size_t errlen)
 {
-    mn_main = main_ractor_mn();
+    mn_main = rperf_engine_config()->main_mn;   /* the host's one answer */
     cpu_clock = cfg->cpu_clock != 0;
     clear_table();
     last_direct = false;

@@ -12,12 +12,22 @@
 #ifndef RPERF_NEW_MARKS_H
 #define RPERF_NEW_MARKS_H
 
+#include "rperf_core.h"
+
 #include <stdatomic.h>
 #include <stdint.h>
 
 typedef struct {
     _Atomic uint64_t marks, done;
+    _Atomic int64_t last_ns;      /* CLOCK_MONOTONIC of the last re-signal */
 } rperf_new_marks_t;
+
+/* Re-signals are at least this far apart (or the tick interval, if
+ * shorter): a `new` holder that cannot run its job yet (inside a C call
+ * that keeps its GVL, or waiting for its turn) would otherwise get a
+ * signal at every job run of every other thread, each one an EINTR for
+ * its call. */
+#define RPERF_NEW_MARKS_GAP_NS 2000000LL
 
 /* Own context (a thread hook or the job), async-signal-safe: a holder was
  * just marked `new`, after the mark's own store. */
@@ -28,13 +38,21 @@ static inline void rperf_new_marks_add(rperf_new_marks_t *m)
 
 /* In the job (own context, GVL held, no Ruby API): while a `new` holder may
  * be left, call signal_new (the tick signal to every `new` holder but the
- * caller, returning how many it sent); when it sends none, the marks read
- * before it are done. A mark made after that read keeps the counts apart,
- * so the next job looks again. */
+ * caller, returning how many it sent), at most once per gap
+ * (min(the tick interval, RPERF_NEW_MARKS_GAP_NS)); when it sends none, the marks
+ * read before it are done. A mark made after that read keeps the counts
+ * apart, so a later job looks again. */
 static inline void rperf_new_marks_resignal(rperf_new_marks_t *m, int (*signal_new)(void))
 {
     uint64_t marks = atomic_load_explicit(&m->marks, memory_order_acquire);
     if (marks == atomic_load_explicit(&m->done, memory_order_relaxed)) return;
+    int frequency = rperf_engine_config()->frequency;
+    int64_t interval_ns = 1000000000LL / (frequency > 0 ? frequency : 1);
+    int64_t gap = interval_ns < RPERF_NEW_MARKS_GAP_NS ? interval_ns : RPERF_NEW_MARKS_GAP_NS;
+    int64_t now = rperf_mono_ns();
+    int64_t last = atomic_load_explicit(&m->last_ns, memory_order_relaxed);
+    if (last && now - last < gap) return;
+    if (!atomic_compare_exchange_strong(&m->last_ns, &last, now)) return;   /* another job does it */
     if (signal_new() == 0) atomic_store_explicit(&m->done, marks, memory_order_relaxed);
 }
 

@@ -200,7 +200,10 @@ int rperf_tick_signal_install(int sig, char *err, size_t errlen)
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
     sa.sa_sigaction = on_signal;
-    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    /* SA_ONSTACK: on a thread that has an alternate signal stack (Ruby's
+     * threads do), the handler runs there; the bootstrap signals every
+     * runnable task, also threads of other runtimes with small stacks */
+    sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
     sigemptyset(&sa.sa_mask);
     if (sigaction(signo, &sa, &old_action) != 0) {
         snprintf(err, errlen, "rperf: failed to install the handler for signal %d: %s", signo,

@@ -45,6 +45,10 @@ static void wait_quiescent(void)
         while (atomic_load(&stripes[i].n) > 0) sched_yield();
 }
 
+/* From just before the backend's start to just after its stop: what a
+ * fork child must undo of it (fork_child). */
+static _Atomic int backend_live;
+
 static void fork_prepare(void) { rperf__worker_fork_prepare(); }
 static void fork_parent(void) { rperf__worker_fork_parent(); }
 
@@ -58,7 +62,11 @@ static void fork_child(void)
     rperf__nt()->cpu_hi = 0;         /* and its CPU clock starts again */
     int was = atomic_exchange(&rperf__engine.running, 0);
     for (int i = 0; i < STRIPES; i++) atomic_store(&stripes[i].n, 0);
-    if (was && rperf__engine.cfg.backend && rperf__engine.cfg.backend->after_fork_child)
+    /* backend_live, not running: a fork landing inside a stop, after
+     * sampling went off but before the backend stopped, leaves the child
+     * the backend's signal action and state too */
+    if (atomic_exchange(&backend_live, 0) && rperf__engine.cfg.backend &&
+        rperf__engine.cfg.backend->after_fork_child)
         rperf__engine.cfg.backend->after_fork_child();
     if (was || atomic_load(&rperf__engine.has_results))
         atomic_store(&rperf__engine.fork_reset_needed, 1);
@@ -198,7 +206,9 @@ int rperf_engine_start(const rperf_config_t *cfg, rperf_thread_t **caller,
                                   .bootstrap_skip = cfg->bootstrap_skip,
                                   .bootstrap_nskip = cfg->bootstrap_nskip,
                                   .cpu_clock = cfg->clock == RPERF_CLOCK_CPU };
+    atomic_store(&backend_live, 1);
     if (cfg->backend->start(&bc, err, errlen) < 0) {
+        atomic_store(&backend_live, 0);
         atomic_store(&rperf__engine.running, 0);
         wait_quiescent();
         rperf__worker_stop();
@@ -228,6 +238,7 @@ static void halt(void)
     atomic_store(&rperf__engine.running, 0);
     wait_quiescent();
     rperf__engine.cfg.backend->stop();
+    atomic_store(&backend_live, 0);
     rperf__worker_stop();
     atomic_store(&rperf__engine.has_results, 1);
 }

@@ -206,11 +206,31 @@ static VALUE start_locked(VALUE args)
     return Qnil;
 }
 
+/* _c_start's own checks: lib/rperf.rb validates the options with messages
+ * for users, but a call that bypasses it (frequency 0 would divide by
+ * zero) must not reach the engine either. */
+static void check_start_args(const VALUE *argv)
+{
+    if (!FIXNUM_P(argv[0]) || FIX2LONG(argv[0]) < 1 || FIX2LONG(argv[0]) > 10000)
+        rb_raise(rb_eArgError, "frequency must be an Integer 1..10000");
+    if (argv[1] != INT2FIX(0) && argv[1] != INT2FIX(1))
+        rb_raise(rb_eArgError, "mode must be 0 (cpu) or 1 (wall)");
+    Check_Type(argv[3], T_STRING);
+    if (!FIXNUM_P(argv[4]) || FIX2LONG(argv[4]) < 0 || FIX2LONG(argv[4]) > 64)
+        rb_raise(rb_eArgError, "signal must be an Integer 0..64 (0: the backend's default)");
+    long slots = FIXNUM_P(argv[5]) ? FIX2LONG(argv[5]) : 0;
+    if (slots < 1024 || slots > (1L << 24) || (slots & (slots - 1)) != 0)
+        rb_raise(rb_eArgError, "ring_size must be a power of two between 1024 and %ld", 1L << 24);
+    if (!FIXNUM_P(argv[7]) || FIX2LONG(argv[7]) < 1 || FIX2LONG(argv[7]) > (1L << 23))
+        rb_raise(rb_eArgError, "max_label_sets must be an Integer 1..%ld", 1L << 23);
+}
+
 static VALUE c_start(int argc, VALUE *argv, VALUE self)
 {
     (void)self;
     rb_check_arity(argc, 8, 8);
     require_main_ractor("start");
+    check_start_args(argv);
     lifecycle_lock();
     return rb_ensure(start_locked, (VALUE)argv, lifecycle_unlock, Qnil);
 }
@@ -462,6 +482,14 @@ static VALUE c_exit_output(VALUE self, VALUE path, VALUE name, VALUE child)
     return Qnil;
 }
 
+/* _c_main_mn -> whether rperf runs the main Ractor's threads as M:N
+ * (ractor.c: the one answer every part uses); for tests and diagnostics. */
+static VALUE c_main_mn(VALUE self)
+{
+    (void)self;
+    return rperf_rb_main_mn() ? Qtrue : Qfalse;
+}
+
 static VALUE c_running_p(VALUE self)
 {
     (void)self;
@@ -510,6 +538,7 @@ void rperf_rb_api_init(VALUE m)
     rb_define_module_function(m, "snapshot", c_snapshot, -1);
     rb_define_module_function(m, "running?", c_running_p, 0);
     rb_define_module_function(m, "_c_exit_output", c_exit_output, 3);
+    rb_define_module_function(m, "_c_main_mn", c_main_mn, 0);
     rb_define_module_function(m, "_c_backends", c_backends, 0);
     rb_define_module_function(m, "_c_after_fork_child", c_after_fork_child, 0);
     rb_define_const(m, "DEFAULT_RING_SLOTS", INT2NUM(RPERF_DEFAULT_RING_SLOTS));

@@ -62,10 +62,12 @@
  */
 #include "rperf_ruby.h"
 
+#include <fcntl.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <unistd.h>
 
 typedef struct ractor_rec {
     uint32_t id;
@@ -187,6 +189,26 @@ size_t rperf_rb_main_thread_tids(int32_t **out)
 
 bool rperf_rb_main_mn(void) { return mn_main; }
 
+/* Does the process's initial environment (/proc/self/environ) set
+ * RUBY_MN_THREADS to a positive number? */
+static bool initial_env_mn(void)
+{
+    int fd = open("/proc/self/environ", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    static char buf[1 << 16];
+    size_t len = 0;
+    ssize_t r;
+    while (len < sizeof(buf) - 1 && (r = read(fd, buf + len, sizeof(buf) - 1 - len)) > 0)
+        len += (size_t)r;
+    close(fd);
+    buf[len] = '\0';
+    static const char key[] = "RUBY_MN_THREADS=";
+    bool mn = false;
+    for (size_t at = 0; at < len; at += strlen(buf + at) + 1)
+        if (strncmp(buf + at, key, sizeof(key) - 1) == 0) mn = atoi(buf + at + sizeof(key) - 1) > 0;
+    return mn;
+}
+
 /* main Ractor, GVL held, at require time */
 void rperf_rb_ractor_init(void)
 {
@@ -194,6 +216,13 @@ void rperf_rb_ractor_init(void)
     rb_ractor_local_storage_ptr_set(rec_key, &main_rec);
     if (prctl(PR_GET_NAME, main_comm, 0, 0, 0) != 0) main_comm[0] = '\0';
     main_comm[sizeof(main_comm) - 1] = '\0';
+    /* M:N for the main Ractor, the one answer the hooks, the engine and
+     * the backends all use. Ruby decides at boot from its environment then,
+     * which an application may have changed in ENV before requiring rperf
+     * (getenv) and `$0=` may have overwritten since (/proc/self/environ,
+     * read here, early): M:N if either says so. Taking 1:1 threads for M:N
+     * only costs speed (no 1:1 fast path, no direct trigger); the reverse
+     * could hand a freed thread state to a new thread at the same address. */
     const char *mn = getenv("RUBY_MN_THREADS");
-    mn_main = mn && atoi(mn) > 0;
+    mn_main = (mn && atoi(mn) > 0) || initial_env_mn();
 }

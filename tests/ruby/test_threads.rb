@@ -185,4 +185,22 @@ class TestThreads < Test::Unit::TestCase
       rperf_work_a(0.01) # no samples and no crash after stop
     end
   end
+
+  # M:N for the main Ractor is one answer for the hooks, the engine and the
+  # backends, and never 1:1 when Ruby booted M:N: an application that
+  # removes RUBY_MN_THREADS from ENV before requiring rperf does not change
+  # it (taking 1:1 threads for M:N costs only speed, so setting it in ENV
+  # makes it M:N).
+  def test_mn_threads_are_known_whatever_env_says_at_require
+    script = ->(edit) { "#{edit}; require 'rperf'; print Rperf._c_main_mn" }
+    cases = [[{ "RUBY_MN_THREADS" => "1" }, 'ENV.delete("RUBY_MN_THREADS")', "true"],
+             [{ "RUBY_MN_THREADS" => "1" }, "nil", "true"],
+             [{ "RUBY_MN_THREADS" => nil }, 'ENV["RUBY_MN_THREADS"] = "1"', "true"],
+             [{ "RUBY_MN_THREADS" => nil }, "nil", "false"]]
+    cases.each do |env, edit, want|
+      run = run_command([RbConfig.ruby, "-I", RPERF_BUILD_LIB, "-e", script.call(edit)], env: env)
+      assert(run.status.success?, run.describe)
+      assert_equal(want, run.stdout, "#{env} #{edit}")
+    end
+  end
 end

@@ -279,4 +279,17 @@ class TestValidation < Test::Unit::TestCase
     assert_raise(ArgumentError) { Rperf.start(frequncy: 100) }
     assert_false(Rperf.running?)
   end
+
+  # The C entry point checks its arguments too: a caller that bypasses
+  # Rperf.start (frequency 0 divided by zero) gets an ArgumentError and
+  # nothing starts.
+  def test_the_c_start_checks_its_arguments
+    good = [1000, 0, true, "holder", 0, 4096, false, 100]
+    { 0 => 0, 1 => 2, 4 => 65, 5 => 1000, 7 => 0 }.each do |i, bad|
+      args = good.dup
+      args[i] = bad
+      assert_raise(ArgumentError, args.inspect) { Rperf._c_start(*args) }
+      assert_false(Rperf.running?)
+    end
+  end
 end

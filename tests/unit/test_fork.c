@@ -5,7 +5,8 @@
  * table or archive), the parent keeps profiling, and the child resets and
  * runs a profile of its own. Also: a fork child's thread tokens are stale,
  * and its thread's cached native tid is its own (a single-threaded child's
- * tid is its pid).
+ * tid is its pid). A fork landing inside a stop, after sampling went off
+ * but before the backend stopped, still undoes the backend in the child.
  * Context: a plain C program (no Ruby); the test thread plays the Ruby
  * threads' "own" context, the engine's worker runs for real. Not run under
  * TSan (fork with live threads is outside what TSan models).
@@ -81,8 +82,41 @@ RPERF_TEST(fork_parks_the_worker_and_the_child_profiles_itself)
     }
 }
 
+/* ---- a fork inside the stop ----------------------------------------------
+ * A backend whose stop forks before it stops anything: the fork lands after
+ * the engine turned sampling off (so `running` is already 0), while the
+ * backend's state (a signal action, a timer) is still live. */
+static int child_undone;          /* in the child: after_fork_child ran */
+static void forking_stop(void)
+{
+    pid_t pid = fork();
+    if (pid == 0) _exit(child_undone ? 0 : 1);
+    RPERF_CHECK(pid > 0);
+    int st = 0;
+    RPERF_CHECK_EQ(waitpid(pid, &st, 0), pid);
+    RPERF_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+static void forking_after_fork_child(void) { child_undone = 1; }
+static const rperf_backend_ops_t forking_backend = {
+    .version = RPERF_BACKEND_ABI_VERSION, .name = "forking", .description = "test",
+    .start = fb_start, .stop = forking_stop, .after_fork_child = forking_after_fork_child,
+};
+
+RPERF_TEST(a_fork_inside_the_stop_undoes_the_backend_in_the_child)
+{
+    rperf_config_t cfg = { .frequency = 1000, .clock = RPERF_CLOCK_WALL, .aggregate = true,
+                           .ring_slots = 1024, .backend = &forking_backend };
+    rperf_thread_t *caller = NULL;
+    char err[128];
+    RPERF_CHECK_EQ(rperf_engine_start(&cfg, &caller, err, sizeof(err)), 0);
+    rperf_engine_stop();
+    RPERF_CHECK_EQ(child_undone, 0);   /* the parent's backend stays as its stop left it */
+    rperf_engine_release();
+}
+
 int main(void)
 {
     rperf_engine_init(&host);
-    return RPERF_RUN(RPERF_CASE(fork_parks_the_worker_and_the_child_profiles_itself));
+    return RPERF_RUN(RPERF_CASE(fork_parks_the_worker_and_the_child_profiles_itself),
+                     RPERF_CASE(a_fork_inside_the_stop_undoes_the_backend_in_the_child));
 }
