@@ -14,7 +14,7 @@
  * each once after the round trip and once more at once. Prints medians in
  * ns (per read, or per line for the chains) and the ratio.
  *
- * On the reference VM (docs/performance.md, "Session 24"): a clock read
+ * On the reference VM (docs/performance.md, "A GVL switch"): a clock read
  * ~80 ns after I/O, ~40 ns again; a line on a page of its own ~22 ns after
  * I/O, ~5 ns again; a line on a page already touched ~5 / ~2.5 ns: after a
  * system call the cost is in clock reads and in distinct pages.

@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 # bench/middleware.rb — what does Rperf::Middleware cost per request? (a
-# measurement, not a test; issue 10's throughput target)
+# measurement, not a test; the throughput target is printed beside it)
 #
 # Prints µs per call, median of 5 rounds, for:
 #   normalize      Rperf::Middleware.normalize over the soak's four URL shapes

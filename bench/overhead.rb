@@ -71,15 +71,14 @@
 # its cost is in neither phase): "parked ns/sample", the CPU per sample of
 # the computation while the N threads are parked (P − U over the samples
 # taken then), and that ÷ fib's ns/sample of the same mode and frequency in
-# this run: issue 12's "CPU per sample within 1.1× of the same run without
-# them"; "µs/thread", the first phase's extra CPU (Rperf.start, then each
+# this run (target: within 1.1× of the same run without them); "µs/thread", the first phase's extra CPU (Rperf.start, then each
 # thread's one turn) per thread, over U and "above tick". The whole-run
 # ns/sample of the main table holds both phases, and the first one's ticks
 # mostly find the GVL free (the threads hand it on within microseconds):
 # there even the bare tick costs with no sample to show for it.
 #
-# Part 3, accuracy (wall mode, 1 kHz, every backend, --rounds runs each): the
-# issue-12 comparison of C calls that release the GVL with C calls that keep
+# Part 3, accuracy (wall mode, 1 kHz, every backend, --rounds runs each): a
+# comparison of C calls that release the GVL with C calls that keep
 # it. Four methods, each a Ruby method around one C call of about the same
 # length (--accuracy-ms, default 20 ms, i.e. 20 sampling intervals per call):
 #   acc_select      IO.select(nil, nil, nil, t)   releases the GVL
@@ -99,14 +98,14 @@
 # bias µs/call (mean (profiled − ref) / calls: compare with the 1,000 µs
 # interval), err (median over runs of |profiled − ref| / ref); then per
 # backend the mean error over the releasing and over the holding methods
-# (median over runs), the worst method, and releasing ÷ holding (issue 12's
-# target: ≤ 2).
+# (median over runs), the worst method, and releasing ÷ holding (target:
+# ≤ 2).
 #
 # Run (script/ruby puts the built extension on the load path):
 #   script/ruby bench/overhead.rb              # full: 5 rounds
 #   script/ruby bench/overhead.rb --quick      # 3 rounds, half-length workloads
 #   script/ruby bench/overhead.rb --yjit       # the same under YJIT
-# The issue-12 measurement of docs/performance.md (without, then with YJIT;
+# The measurement of docs/performance.md (without, then with YJIT;
 # ~3–4 min each on 2 quiet vCPUs; under YJIT fib and idle1000's fib run ~6×
 # faster, so they get 6× the length to keep as many samples per run):
 #   script/ruby bench/overhead.rb --workloads=fib,gc,switch,io,idle1000 --frequencies=1000,10000 --rounds=3 --scale=0.5 --accuracy=96 --markdown
@@ -207,8 +206,6 @@ module OverheadBench
     # times each: every read blocks outside the GVL, and every write
     # releases it too (IO#write on a pipe is a blocking region). Returns the
     # number of GVL switches: two reads and two writes per round trip.
-    # (Until session 8 it returned the reads alone, which doubled io's
-    # ns/switch in every earlier table.)
     def io(pairs, rounds)
       pipes = Array.new(pairs) { IO.pipe + IO.pipe }
       threads = pipes.flat_map do |a_r, a_w, b_r, b_w|
@@ -317,7 +314,8 @@ module OverheadBench
   # meets it), then the main thread computes `fib` as in "fib".
   # The run has two phases, split by OverheadBench.phase!: meeting the
   # threads (each one's turn, with the start of the run before it), then
-  # the computation while they are parked: the case issue 12 asks about.
+  # the computation while they are parked, the case that matters for a
+  # server with a large idle thread pool.
   def self.idle_workload(count, scale)
     park = Thread::Queue.new
     parked = Thread::Queue.new
@@ -609,7 +607,7 @@ module OverheadBench
     end
     puts table(head, rows, false)
     puts
-    puts "Mean relative error per method (median over runs); issue 12's target: releasing ÷ holding ≤ 2"
+    puts "Mean relative error per method (median over runs); target: releasing ÷ holding ≤ 2"
     head2 = ["backend", "releasing", "holding", "worst method", "releasing ÷ holding"]
     rows2 = acc.map do |b, a|
       [b.to_s, format("%.3f%%", a[:releasing] * 100), format("%.3f%%", a[:holding] * 100),

@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-# bench/soak.rb — long-running server soak (issue 10; a measurement, not a
+# bench/soak.rb — long-running server soak (a measurement, not a
 # test): does a server left profiled for days keep flat memory, cheap minor
 # GCs and its throughput while it serves many distinct URLs and takes
 # Rperf.snapshot(clear: true) at every window?
@@ -60,7 +60,7 @@
 #             window's samples reference; ovf = label_sets_overflowed;
 #             drop = dropped_samples; prof MiB = profiler_memory_bytes
 #
-# Targets of issue 10 (printed next to the measured ratios, not asserted):
+# Targets (printed next to the measured ratios, not asserted):
 # RSS flat after the second window (within 10 %), minor GC within 1.5x of
 # unprofiled, throughput within 5 % of unprofiled.
 #

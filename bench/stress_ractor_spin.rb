@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 # bench/stress_ractor_spin.rb — does a Ractor whose threads spin ever hang the
-# process under the profiler? (issue 14; figures in docs/reliability.md)
+# process under the profiler? (figures in docs/reliability.md)
 #
 # Shape: a Ractor starts N spinning threads (`loop {}` / `while true; end`)
 # and one sleeper, waits until all of them ran (Thread::Queue), and returns;

@@ -13,7 +13,7 @@
  *
  * On Linux 6.12 and later a thread with a shorter slice preempts the
  * running one when it wakes; where the scheduler places the woken thread
- * on the waker's CPU (docs/performance.md, "Session 18": this VM often
+ * on the waker's CPU (docs/performance.md, "What this machine cannot resolve": this VM often
  * does), a default-slice sleeper waits for the waker's slice to end.
  *
  *   cc -O2 -pthread bench/wake_latency.c -o /tmp/wake_latency && /tmp/wake_latency [rounds]

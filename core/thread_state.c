@@ -578,7 +578,7 @@ static int64_t ready_since_suspended(rperf_thread_t *pt, rperf_nt_t *nt, int64_t
  *
  * The thread CPU clock is a system call, and both GVL events run inside
  * Ruby's scheduler lock, where every nanosecond costs the process several
- * (docs/performance.md, "Session 6"). So a short on-GVL interval is left
+ * (docs/performance.md, "A GVL switch"). So a short on-GVL interval is left
  * open at SUSPENDED (no reading), and a short time off the GVL on the same
  * native thread leaves it open here too: that CPU time would only be kept
  * pending for the next sample anyway, which reads the clock itself, so
@@ -807,7 +807,7 @@ void rperf__settle_blocked(int64_t now)
  * one clock read taken again only then. (Timed before it, the step, ~25 us
  * per wake-up on this VM, went to the thread's next sample, outside the
  * call that released the GVL: sleep(20 ms) after each idle gap lost ~35 us
- * a call, docs/performance.md "Session 19".) The backend may mark the
+ * a call; docs/backends.md "An idle process: the tick thread parks".) The backend may mark the
  * thread a holder before the accounting below: a tick it delivers now
  * takes effect in a job, which runs after this hook. */
 void rperf_ev_resumed(rperf_thread_t *pt)
@@ -869,10 +869,9 @@ void rperf_ev_suspended(rperf_thread_t *pt)
      * releasing call's (IO#read, Thread#join, Queue#pop...), so charging it
      * the time since the last sample (spent mostly before the call) would
      * bias every GVL-releasing call upwards; a tick lands at a random
-     * on-GVL moment instead. (cpu mode sampled here until session 7:
-     * Thread#join took a quarter of a Thread.new/work/join/work loop's
-     * weight for no CPU; test_modes.rb
-     * test_work_around_thread_new_and_join_gets_its_share.) */
+     * on-GVL moment instead. (A sample here in cpu mode gives Thread#join
+     * a quarter of a Thread.new/work/join/work loop's weight for no CPU;
+     * test_modes.rb test_work_around_thread_new_and_join_gets_its_share.) */
     if (!wall_mode()) suspend_cpu(pt, mono);
     pt->susp_wall = mono;
     pt->susp_nt = nt;

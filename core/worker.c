@@ -248,7 +248,7 @@ void rperf_engine_ticker_poke(void)
  * another 13 or more samples of 155 frames), and the producer makes no
  * system call (the futex wake-up cost ~0.8 us per sample of a 155-frame
  * stack at 10 kHz, one wake-up every 13 samples; docs/performance.md,
- * "Session 19"). Without a worker nothing is queued (the list belongs to
+ * "A sample"). Without a worker nothing is queued (the list belongs to
  * a running worker, whose final drain at stop empties it). */
 void rperf__worker_wake_for(rperf_thread_t *pt, bool now)
 {

@@ -4,7 +4,7 @@
  * kept in Ractor-local storage) and the running thread's name (the kernel's
  * name of its native thread). Nothing here dispatches a Ruby method, so no
  * TracePoint, set_trace_func or Thread#add_trace_func sees the profiler's
- * work (issue: "invisible to tracers").
+ * work: the profiler stays invisible to tracers.
  *
  * Why not Ruby's own Ractor id and Thread#name: Ruby 3.3 exports no C
  * function that returns either; the only ways are Ruby method calls

@@ -49,9 +49,9 @@ class TestGC < Test::Unit::TestCase
 
   # GC time belongs to code that ran GC. A thread alternates 0.2 ms of
   # allocation with 0.2 ms of computing that allocates nothing: no GC
-  # record may sit on the computing method. (Until session 18 a tick
-  # recorded the GC time pending since its previous sample on its own
-  # stack, often the computing method's.)
+  # record may sit on the computing method (a tick that recorded the GC
+  # time pending since its previous sample on its own stack would often
+  # put it on the computing method).
   def test_gc_time_lands_only_on_code_that_ran_gc
     each_combo do |backend, mode|
       result = Rperf.start(frequency: 1000, mode: mode, backend: backend) do

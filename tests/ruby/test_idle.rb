@@ -3,8 +3,8 @@
 # An idle profiled process: while no thread of any Ractor holds a GVL, the
 # timer-thread backends' tick thread (:holder, the default, and :nanosleep)
 # parks and the worker waits longer, so a
-# server left profiled between requests costs almost nothing (issue 10:
-# "nearly free to leave on"). And the first thread that takes a GVL again
+# server left profiled between requests costs almost nothing ("nearly
+# free to leave on"). And the first thread that takes a GVL again
 # (main thread, another thread, another Ractor's) wakes the ticks at once:
 # its work is sampled at the full rate, not after the tick thread's
 # watchdog. Each scenario runs in a child Ruby so its own threads are the

@@ -1,6 +1,6 @@
 # frozen_string_literal: true
-# What is at the output path is never replaced (issue: RPERF_OUTPUT=/dev/null
-# turned /dev/null into a regular file): a device node, a symlink, a chain of
+# What is at the output path is never replaced (RPERF_OUTPUT=/dev/null must not
+# turn /dev/null into a regular file): a device node, a symlink, a chain of
 # symlinks, a FIFO, /dev/stdout (a symlink to /proc/self/fd/1 made like the
 # system's, and /dev/fd/1), an existing regular file (owner and mode kept) — each checked afterwards with File.lstat and the data where it should
 # be, for every built-in exporter and a Ruby one, through output: and through

@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-# tests/ruby/test_soak.rb — the short version of bench/soak.rb (issue 10):
+# tests/ruby/test_soak.rb — the short version of bench/soak.rb:
 # a real Rack app served by WEBrick over loopback (Debian's ruby-rack and
 # ruby-webrick, installed by script/setup), profiled at 1 kHz in wall mode
 # with Rperf::Middleware, label: :raw (every URL its own label set) and a

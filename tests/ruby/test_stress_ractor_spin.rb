@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 #
 # Stress (label `stress`): a Ractor whose threads spin must never hang the
-# process under the profiler (issue 14). The Ractor starts 1-4 spinning
+# process under the profiler. The Ractor starts 1-4 spinning
 # threads and a sleeper and returns; Ruby kills its threads, whose `ensure`
 # reports to the main Ractor. Under the profiler this hung in ~2-3 % of runs:
 # the sampling job called a Ruby method, whose return checks interrupts;

@@ -7,8 +7,8 @@
 # before the run and blocked when it began. Each thread times its own life
 # with the monotonic clock; the totals must match within a few percent
 # (an accounting identity, not a speed: samples carry the time since the
-# thread's previous one). Both wall-mode bugs of session 12 broke it (a
-# thread first met at RESUMED lost its run after its first block).
+# thread's previous one). It breaks when a thread first met at RESUMED
+# loses its run after its first block.
 require_relative "helper"
 
 class TestTotals < Test::Unit::TestCase
