@@ -336,7 +336,7 @@ static bool write_exit_output(VALUE out, VALUE data)
         bool gone = slash && access(dir, F_OK) != 0;
         free(dir);
         if (gone) {
-            fprintf(stderr, "rperf: process %ld exited after the profiled command; its profile is left out\n",
+            fprintf(stderr, "rperf: process %ld ended after the run it was part of; its profile is left out\n",
                     (long)getpid());
             rperf_writer_spare_release();
             return true;

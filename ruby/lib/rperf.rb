@@ -20,6 +20,12 @@ module Rperf
   VERSION = "0.7.0"
 
   MODES = { cpu: 0, wall: 1 }.freeze
+  # start(inherit:): :fork — a forked child goes on profiling with the same
+  # settings and its profile joins the root's (a preloaded server's
+  # workers are profiled from the master's start); false — a fork child
+  # starts with a stopped profiler.
+  INHERIT_VALUES = [:fork, false].freeze
+  DEFAULT_INHERIT = :fork
   MAX_FREQUENCY = 10_000
   # New label sets per snapshot window; past it, label applications fold
   # into the set {rperf_label_overflow: true} (result: label_sets_overflowed).
@@ -45,7 +51,7 @@ module Rperf
     def start(frequency: 1000, mode: :cpu, backend: nil, exporter: nil, format: nil,
               output: nil, aggregate: true, signal: nil, verbose: false, stat: false,
               ring_size: DEFAULT_RING_SLOTS, max_label_sets: DEFAULT_MAX_LABEL_SETS,
-              allow_signal: false, &block)
+              allow_signal: false, inherit: DEFAULT_INHERIT, &block)
       main_ractor!("start")
       raise RuntimeError, "Rperf is already running" if running?
 
@@ -66,13 +72,20 @@ module Rperf
       unless output.nil? || output.is_a?(String) || output.respond_to?(:to_path)
         raise ArgumentError, "output must be nil or a path String, got #{output.inspect}"
       end
+      unless INHERIT_VALUES.include?(inherit)
+        raise ArgumentError, "inherit must be :fork or false, got #{inherit.inspect}"
+      end
       output = output.to_path if output.respond_to?(:to_path)
       exporter_name = resolve_exporter(exporter, format, output)
       __check_output(output) if respond_to?(:__check_output, true)
 
       verbose ||= ENV["RPERF_VERBOSE"] == "1"
       @run = { output: output, exporter: exporter_name, aggregate: aggregate ? true : false,
-               verbose: verbose, stat: stat,
+               verbose: verbose, stat: stat, inherit: inherit,
+               # what a forked child starts again with (inherit: :fork)
+               start_opts: { frequency: frequency, mode: mode, backend: backend_name.to_sym, signal: signal,
+                             aggregate: aggregate ? true : false, ring_size: ring_size,
+                             max_label_sets: max_label_sets, allow_signal: allow_signal },
                started_at: Process.clock_gettime(Process::CLOCK_MONOTONIC) }
       # The last argument: a run left going at exit is stopped there (in C)
       # and, when it asked for output or reports, finished like Rperf.stop.
@@ -118,8 +131,14 @@ module Rperf
       @run = nil
       finish_result(data)
       if run[:child_stats] && !File.directory?(File.dirname(run[:child_stats]))
-        warn "rperf: process #{Process.pid} exited after the profiled command; its profile is left out" unless output_written
+        warn "rperf: process #{Process.pid} ended after the run it was part of; its profile is left out" unless output_written
         run = run.merge(output: nil, child_stats: nil)
+      end
+      if run[:inherit_dir]
+        # the forked children's profiles join this one (the output written
+        # from C at exit had this process's alone: written again)
+        data = __merge_children(data, run[:inherit_dir], remove: true)
+        output_written = false if data[:process_count] > 1
       end
       write_output(data, run) if run[:output] && !output_written
       write_child_stats(data, run) if run[:child_stats]
@@ -161,9 +180,16 @@ module Rperf
       nil
     end
 
-    # [dir, opts] when the command's run is the one going (ForkHook).
+    # [dir, opts] of the run a fork child starts again (ForkHook, in the
+    # parent just before fork): the rperf command's run, or a run started
+    # with inherit: :fork (its directory is made at the first fork).
     def __child_run_going
-      @child_run if @run && @run[:child_stats] && running?
+      return nil unless @run && running?
+      return @child_run if @run[:child_stats]
+      return nil unless @run[:inherit] == :fork
+
+      @run[:inherit_dir] ||= __make_inherit_dir
+      [@run[:inherit_dir], @run[:start_opts]]
     end
 
     # In a fork child (ForkHook): the inherited run was dropped; start the
@@ -418,9 +444,10 @@ module Rperf
     end
   end
 
-  # Fork: the child starts with a stopped profiler and clean state.
-  # Under the rperf command, the child then starts the command's run
-  # again for itself (its profile goes to the run's directory by its pid).
+  # Fork: the child starts with a stopped profiler and clean state. Under
+  # the rperf command, or when the run was started with inherit: :fork, the
+  # child then starts the run again for itself (its profile goes to the
+  # run's directory by its pid, and from there into the root's result).
   module ForkHook
     def _fork
       child_run = Rperf.__child_run_going
@@ -434,6 +461,8 @@ module Rperf
   end
   Process.singleton_class.prepend(ForkHook)
 end
+
+require "rperf/inherit"
 
 begin
   require "rperf/exporters"
@@ -459,6 +488,12 @@ if ENV["RPERF_ENABLED"] == "1"
                        raise(ArgumentError, "RPERF_SIGNAL must be 'false' or an Integer, got #{ENV['RPERF_SIGNAL'].inspect}")
   end
   opts[:allow_signal] = true if ENV["RPERF_ALLOW_SIGNAL"] == "1"
+  case ENV["RPERF_INHERIT"]
+  when nil, "" then nil
+  when "fork" then opts[:inherit] = :fork
+  when "false", "0" then opts[:inherit] = false
+  else raise ArgumentError, "RPERF_INHERIT must be 'fork' or 'false', got #{ENV['RPERF_INHERIT'].inspect}"
+  end
   # Stopped at exit by the extension's end proc (ruby/api.c), which runs
   # after the application's at_exit blocks and writes the output.
   if (dir = ENV["RPERF_CHILD_DIR"])

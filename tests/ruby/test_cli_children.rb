@@ -7,8 +7,9 @@
 # numeric `pid` label on every sample and each process's threads kept
 # apart; `stat` sums the processes into one block; the directory is
 # removed afterwards, those of dead runs at the next start; the command's
-# exit status is kept; a program a process execs into adds its own profile. Without the CLI (plain env auto-start) a fork child
-# still starts with a stopped profiler and writes nothing.
+# exit status is kept; a program a process execs into adds its own profile.
+# Without the CLI, fork children follow Rperf.start's inherit: (the env
+# auto-start: RPERF_INHERIT).
 
 require_relative "helper"
 require "rperf/report"
@@ -187,18 +188,34 @@ class TestCLIChildren < Test::Unit::TestCase
     assert_empty(Dir.children(@tmp))
   end
 
-  def test_without_the_cli_a_fork_child_writes_nothing
+  # Without the CLI, the env auto-start's fork children join the root's
+  # profile (inherit: :fork, the default) with a pid label on their samples
+  # only; with RPERF_INHERIT=false a fork child's profiler is stopped and
+  # it writes nothing. Either way nothing is left in the temp directory.
+  def test_without_the_cli_fork_children_follow_rperf_inherit
     script = <<~RUBY
-      pid = fork { print Rperf.running?; 100_000.times { } }
+      def rperf_forked_work = (#{BURN})
+      pid = fork { print Rperf.running?; rperf_forked_work }
       Process.wait(pid)
     RUBY
-    env = { "RPERF_ENABLED" => "1", "RPERF_OUTPUT" => "plain.pb.gz", "RPERF_CHILD_DIR" => nil,
-            "RUBYOPT" => "-rrperf" }
-    out, err, st = Open3.capture3(env, RbConfig.ruby, "-I", RPERF_BUILD_LIB, "-e", script, chdir: @dir)
-    assert(st.success?, err)
-    assert_equal("false", out, "the fork child's profiler is stopped")
-    assert_equal(["cmd.rb", "plain.pb.gz", "tmp"], Dir.children(@dir).sort)
-    labels = Rperf::Report.load(File.join(@dir, "plain.pb.gz")).data[:label_sets]
-    assert_equal([{}], labels, "no pid label without the CLI")
+    { nil => ["true", true], "false" => ["false", false] }.each do |inherit, (running, joined)|
+      env = { "RPERF_ENABLED" => "1", "RPERF_OUTPUT" => "plain.pb.gz", "RPERF_CHILD_DIR" => nil,
+              "RUBYOPT" => "-rrperf", "RPERF_INHERIT" => inherit, "TMPDIR" => @tmp }
+      out, err, st = Open3.capture3(env, RbConfig.ruby, "-I", RPERF_BUILD_LIB, "-e", script, chdir: @dir)
+      assert(st.success?, err)
+      assert_equal(running, out, "RPERF_INHERIT=#{inherit.inspect}: the fork child's profiler")
+      assert_equal(["cmd.rb", "plain.pb.gz", "tmp"], Dir.children(@dir).sort)
+      assert_empty(Dir.children(@tmp), "nothing left in the temp directory")
+      profile = Rperf::Report.load(File.join(@dir, "plain.pb.gz"))
+      by_pid = functions_by_pid(profile)
+      if joined
+        assert_equal(2, by_pid.size, by_pid.keys.inspect)
+        child = by_pid.keys.compact.first
+        assert_include(by_pid[child], "Object#rperf_forked_work")
+        assert_not_include(by_pid[nil], "Object#rperf_forked_work", "the root's samples carry no pid")
+      else
+        assert_equal([{}], profile.data[:label_sets], "no pid label without children")
+      end
+    end
   end
 end

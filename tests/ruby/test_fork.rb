@@ -1,6 +1,10 @@
 # frozen_string_literal: true
-# fork while profiling / after profiling. Every scenario runs in its own child
-# Ruby (which forks a grandchild), so a crash is reported, not fatal.
+# fork while profiling / after profiling. With inherit: false a fork child
+# starts with a stopped profiler and can start its own run; with the
+# default inherit: :fork it goes on profiling and its profile joins the
+# root's result (pid label, process_count), and nothing is left in the temp
+# directory. Every scenario runs in its own child Ruby (which forks a
+# grandchild), so a crash is reported, not fatal.
 require_relative "helper"
 
 class TestFork < Test::Unit::TestCase
@@ -56,7 +60,7 @@ class TestFork < Test::Unit::TestCase
     each_combo do |backend, mode|
       run = run_fork_scenario(<<~RUBY)
         B = :#{backend}; M = :#{mode}
-        Rperf.start(frequency: 1000, mode: M, backend: B)
+        Rperf.start(frequency: 1000, mode: M, backend: B, inherit: false)
         Rperf.label(side: "parent") { rperf_parent_before_fork(0.05) }
         pid, rd = fork_and_collect do
           out = { "running" => Rperf.running?, "stop_nil" => Rperf.stop.nil?,
@@ -102,7 +106,7 @@ class TestFork < Test::Unit::TestCase
     # The child just works and exits normally (at_exit handlers run).
     RPERF_BACKENDS.each do |backend|
       run = run_fork_scenario(<<~RUBY)
-        Rperf.start(frequency: 10_000, backend: :#{backend}, mode: :wall)
+        Rperf.start(frequency: 10_000, backend: :#{backend}, mode: :wall, inherit: false)
         reps = 3.times.map do
           pid, rd = fork_and_collect do
             cpu_spin(0.1)
@@ -129,7 +133,7 @@ class TestFork < Test::Unit::TestCase
   def test_fork_with_other_threads_running
     RPERF_BACKENDS.each do |backend|
       run = run_fork_scenario(<<~RUBY)
-        Rperf.start(frequency: 5000, backend: :#{backend}, mode: :cpu)
+        Rperf.start(frequency: 5000, backend: :#{backend}, mode: :cpu, inherit: false)
         stop = false
         bg = 3.times.map { Thread.new { cpu_spin(0.001) until stop } }
         pid, rd = fork_and_collect do
@@ -191,7 +195,7 @@ class TestFork < Test::Unit::TestCase
 
   def test_fork_in_raw_mode_and_with_snapshot
     run = run_fork_scenario(<<~'RUBY')
-      Rperf.start(frequency: 2000, aggregate: false)
+      Rperf.start(frequency: 2000, aggregate: false, inherit: false)
       rperf_parent_before_fork(0.03)
       pid, rd = fork_and_collect do
         r = Rperf.start(frequency: 2000) { rperf_child_work(0.03) }
@@ -216,5 +220,67 @@ class TestFork < Test::Unit::TestCase
     assert_true(rep["child"]["snap"], run.describe)
     assert_false(rep["child"]["raw"], "child's own run uses its own options")
     assert_true(rep["parent_raw"], run.describe)
+  end
+
+  # inherit: :fork (the default): every forked child, and its own forks,
+  # profile with the root's settings; the root's result holds their samples
+  # with a pid label (its own carry none), process_count counts them, and
+  # the run's directory is gone after the stop.
+  def test_forked_children_join_the_root_profile
+    each_combo do |backend, mode|
+      run = run_fork_scenario(<<~RUBY)
+        require "tmpdir"
+        Rperf.start(frequency: 1000, mode: :#{mode}, backend: :#{backend})
+        rperf_parent_before_fork(0.03)
+        pids = []
+        pids << fork { rperf_child_work(0.05) }
+        pids << fork do
+          g = fork { rperf_child_work(0.05) }   # a grandchild
+          rperf_child_work(0.02)
+          Process.wait(g)
+        end
+        pids.each { |pid| Process.wait(pid) }
+        res = Rperf.stop
+        sets = res[:label_sets]
+        by = Hash.new { |h, k| h[k] = [] }
+        res[:aggregated_samples].each { |f, _w, _seq, set| by[sets[set][:pid]].concat(f.map { |fr| fr[1] }) }
+        child_report("count" => res[:process_count], "pids" => by.keys.compact.size,
+                     "root_child_work" => by[nil].include?("Object#rperf_child_work"),
+                     "root_own" => by[nil].include?("Object#rperf_parent_before_fork"),
+                     "children_work" => by.reject { |k, _| k.nil? }.values.all? { |v| v.include?("Object#rperf_child_work") },
+                     "running_after" => Rperf.running?,
+                     "left" => Dir.glob(File.join(Dir.tmpdir, "rperf-run-\#{Process.pid}-*")))
+      RUBY
+      rep = run.report
+      ctx = "#{backend}/#{mode}\n#{run.describe}"
+      assert_equal({ "count" => 4, "pids" => 3, "root_child_work" => false, "root_own" => true,
+                     "children_work" => true, "running_after" => false, "left" => [] }, rep, ctx)
+    end
+  end
+
+  # A child that outlives the root's stop has nowhere to write: one line on
+  # stderr at its end, no file left behind, no effect on its exit status.
+  def test_a_child_outliving_the_root_stop
+    run = run_fork_scenario(<<~'RUBY')
+      require "tmpdir"
+      Rperf.start(frequency: 1000)
+      rd, wr = IO.pipe
+      pid = fork { wr.close; rd.read; rperf_child_work(0.01); exit 3 }
+      rd.close
+      res = Rperf.stop
+      wr.close
+      _, st = Process.wait2(pid)
+      child_report("status" => st.exitstatus, "count" => res[:process_count],
+                   "left" => Dir.glob(File.join(Dir.tmpdir, "rperf-run-#{Process.pid}-*")))
+    RUBY
+    assert_equal({ "status" => 3, "count" => 1, "left" => [] }, run.report, run.describe)
+    assert_match(/^rperf: process \d+ ended after the run it was part of; its profile is left out$/, run.stderr)
+  end
+
+  def test_inherit_is_validated
+    assert_raise_with_message(ArgumentError, "inherit must be :fork or false, got true") do
+      Rperf.start(inherit: true)
+    end
+    assert_false(Rperf.running?)
   end
 end

@@ -17,16 +17,22 @@
 # next start. It exits with the command's status (a command killed by a
 # signal kills the CLI with the same signal). report/diff read profile files
 # in-process through Rperf::Report (ruby/lib/rperf/report.rb; no Go): a
-# file that cannot be read is one line `rperf: <file>: <why>`, exit status 1.
-# Every usage error is one line on stderr plus the usage text, exit status 1. docs/cli.md lists every
-# option; ruby/lib/rperf/help.md is the manual `rperf help` prints.
+# missing file is `File not found: <file>`, a file that cannot be read is one
+# line `rperf: <file>: <why>`, exit status 1.
+# Every usage error is one line on stderr plus the usage text, exit status 1;
+# any other error (the extension cannot be loaded, a bug) is one line, exit
+# status 1, never a stack trace. Where rperf 0.6 had a message for the same
+# case, the line is 0.6's, word for word and without our `rperf: ` prefix
+# (scripts and CI logs grep for it); our own messages start with `rperf: `.
+# docs/cli.md lists every option and message; ruby/lib/rperf/help.md is the
+# manual `rperf help` prints.
 
 require "fileutils"
 require "json"
 require "optparse"
 require "rbconfig"
-require "securerandom"
 require "tmpdir"
+require_relative "run_dir"
 
 module Rperf
   class CLI
@@ -43,7 +49,7 @@ module Rperf
                   RPERF_BACKEND RPERF_AGGREGATE RPERF_STAT RPERF_VERBOSE RPERF_STAT_COMMAND
                   RPERF_STAT_REPORT RPERF_CHILD_DIR].freeze
     # The run's private directory in Dir.tmpdir: rperf-run-<CLI pid>-<random>.
-    RUN_DIR = /\Arperf-run-(\d+)-\h{16}\z/
+    RUN_DIR = Rperf::RunDir::NAME
     # A process's files in it (ruby/lib/rperf.rb, __start_child_run).
     CHILD_PROFILE = /\A((\d+)(?:\.\d+)?)\.pb\.gz\z/
 
@@ -65,13 +71,29 @@ module Rperf
         -v, --version    print the version
 
       `rperf <subcommand> -h` lists the options of a subcommand.
+      Run 'rperf help' for full documentation
     TEXT
 
-    class UsageError < StandardError
+    # An error that is one line on stderr, exit status 1.
+    class Error < StandardError
+      # verbatim: the message is rperf 0.6's line for the same case, printed
+      # as it is (no `rperf: ` prefix).
+      def initialize(message, verbatim: false)
+        super(message)
+        @verbatim = verbatim
+      end
+
+      def line
+        @verbatim ? message : "rperf: #{message}"
+      end
+    end
+
+    # A usage error: the line, a blank line, then the (subcommand's) usage.
+    class UsageError < Error
       attr_reader :subcommand
 
-      def initialize(message, subcommand = nil)
-        super(message)
+      def initialize(message, subcommand = nil, verbatim: false)
+        super(message, verbatim: verbatim)
         @subcommand = subcommand
       end
     end
@@ -108,13 +130,16 @@ module Rperf
 
         return run_report(settings, args)
       else
-        raise UsageError, "unknown subcommand #{sub.inspect}"
+        raise UsageError.new("Unknown subcommand: #{sub.inspect}", verbatim: true)
       end
       0
     rescue UsageError => e
-      @err.puts "rperf: #{e.message}"
+      @err.puts e.line
       @err.puts
       @err.print e.subcommand ? parser(e.subcommand).help : USAGE
+      1
+    rescue Error => e
+      @err.puts e.line
       1
     end
 
@@ -133,7 +158,7 @@ module Rperf
       s = Settings.new(sub, nil, 1000, sub == "record" ? "cpu" : "wall", nil, false, nil, nil, true,
                        false, sub == "exec")
       return nil if parse_options(sub, s, args, :order!)
-      raise UsageError.new("no command specified", sub) if args.empty?
+      raise UsageError.new("No command specified.", sub, verbatim: true) if args.empty?
       raise UsageError.new("-p/--print and -o/--output cannot be combined", sub) if s.print && s.output
 
       validate(s)
@@ -288,42 +313,55 @@ module Rperf
       if sub == "report"
         files << DEFAULT_REPORT_FILE if files.empty?
         raise UsageError.new("report reads one file, got #{files.size}: #{files.join(' ')}", sub) if files.size > 1
-      elsif files.size != 2
-        raise UsageError.new("two profile files required (BASE TARGET), got #{files.size}", sub)
+      elsif files.size < 2
+        raise UsageError.new("Two profile files required.", sub, verbatim: true)
+      elsif files.size > 2
+        raise UsageError.new("diff reads two files (BASE TARGET), got #{files.size}: #{files.join(' ')}", sub)
       end
     end
 
     def run_report(s, files)
+      missing = files.find { |f| !File.exist?(f) }
+      raise Error.new("File not found: #{missing}", verbatim: true) if missing
+
+      report = report_library
+      begin
+        profiles = files.map do |f|
+          report.filter(report.load(f), focus: s.focus, ignore: s.ignore, threads: s.threads, labels: s.labels)
+        end
+        limit = s.top || DEFAULT_TOP
+        @out.write(
+          if s.subcommand == "diff"
+            report.diff(*profiles, limit: limit)
+          elsif s.view != :top
+            report.export(profiles[0], s.view)
+          else
+            report.top(profiles[0], limit: limit)
+          end
+        )
+        0
+      rescue report::Error => e
+        raise Error, e.message
+      end
+    end
+
+    # Rperf::Report (the profile reader), loaded with the library. A rescue
+    # clause names its Error class through the returned module, never through
+    # a constant that is not loaded when the library could not be.
+    def report_library
       library
       require "rperf/report"
-      profiles = files.map do |f|
-        Rperf::Report.filter(Rperf::Report.load(f), focus: s.focus, ignore: s.ignore, threads: s.threads,
-                                                    labels: s.labels)
-      end
-      limit = s.top || DEFAULT_TOP
-      @out.write(
-        if s.subcommand == "diff"
-          Rperf::Report.diff(*profiles, limit: limit)
-        elsif s.view != :top
-          Rperf::Report.export(profiles[0], s.view)
-        else
-          Rperf::Report.top(profiles[0], limit: limit)
-        end
-      )
-      0
-    rescue Rperf::Report::Error => e
-      @err.puts "rperf: #{e.message}"
-      1
+      Rperf::Report
     end
 
     def validate(s)
       sub = s.subcommand
       freq = Integer(s.frequency.to_s, 10, exception: false)
       unless freq&.positive?
-        raise UsageError.new("frequency must be a positive integer (got #{s.frequency})", sub)
+        raise UsageError.new("Error: frequency must be a positive integer (got #{s.frequency})", sub, verbatim: true)
       end
       if freq > MAX_FREQUENCY
-        raise UsageError.new("frequency must be <= #{MAX_FREQUENCY} (10KHz), got #{freq}", sub)
+        raise UsageError.new("Error: frequency must be <= #{MAX_FREQUENCY} (10KHz), got #{freq}", sub, verbatim: true)
       end
       s.frequency = freq
       unless %w[cpu wall].include?(s.mode)
@@ -357,7 +395,8 @@ module Rperf
       signo = Integer(s.signal, 10, exception: false)
       raise UsageError.new("signal must be a signal number or false, got #{s.signal.inspect}", sub) unless signo
       if UNCATCHABLE.key?(signo)
-        raise UsageError.new("signal #{signo} (#{UNCATCHABLE[signo]}) cannot be caught; use a different signal", sub)
+        raise UsageError.new("Error: signal #{signo} (#{UNCATCHABLE[signo]}) cannot be caught; use a different signal",
+                             sub, verbatim: true)
       end
       range = library::REALTIME_SIGNALS
       return if range.cover?(signo)
@@ -367,13 +406,18 @@ module Rperf
     end
 
     # The library, loaded into the CLI only to list backends and exporters
-    # (never started here).
+    # and to read profiles (never started here). rperf.so that does not load
+    # (not built, or built for another Ruby) is one line.
     def library
       @library ||= begin
         $LOAD_PATH.unshift(*load_dirs.reverse)
         enabled = ENV.delete("RPERF_ENABLED")
         begin
           require "rperf"
+        rescue LoadError => e
+          raise Error, "cannot load the rperf extension into Ruby #{RUBY_VERSION} (#{RbConfig.ruby}): " \
+                       "#{e.message.lines.first.to_s.chomp}; rperf.so must be built for this Ruby " \
+                       "(from a checkout: script/setup, then script/ruby exe/rperf ...)"
         ensure
           ENV["RPERF_ENABLED"] = enabled if enabled
         end
@@ -433,6 +477,7 @@ module Rperf
     end
 
     def run_command(s, cmd)
+      library # an extension that does not load is one line, before the command runs
       check_output(s)
       dir = make_run_dir
       # `ruby` means the Ruby rperf was built for (rperf.so is tied to it).
@@ -456,14 +501,7 @@ module Rperf
     def make_run_dir
       tmp = Dir.tmpdir
       remove_stale_run_dirs(tmp)
-      begin
-        path = File.join(tmp, "rperf-run-#{Process.pid}-#{SecureRandom.hex(8)}")
-        Dir.mkdir(path, 0o700)
-      rescue Errno::EEXIST
-        retry
-      end
-      File.chmod(0o700, path) # whatever the umask
-      path
+      Rperf::RunDir.make(tmp)
     end
 
     def remove_stale_run_dirs(tmp)
@@ -501,15 +539,14 @@ module Rperf
     # Read every process's profile (and counters) from the run directory,
     # merge them, write the output, print the stats block.
     def finish_run(s, cmd, dir, real)
-      library
-      require "rperf/report"
-      parts = read_run_dir(dir)
+      report = report_library
+      parts = read_run_dir(dir, report)
       if parts.empty?
         @err.puts "rperf: no Ruby process of the command was profiled; " \
                   "#{s.subcommand == 'record' ? 'no profile written' : 'no stats'}"
         return
       end
-      data = Rperf::Report.merge(parts.map { |pid, prof, _| [pid, prof] }).data
+      data = report.merge(parts.map { |pid, prof, _| [pid, prof] }).data
       # pprof does not carry the backend: the one the processes were given
       data[:backend] ||= (s.backend || (s.signal.to_s == "false" ? "nanosleep" : library.backends.first)).to_sym
       stats = sum_stats(parts.map(&:last))
@@ -525,14 +562,14 @@ module Rperf
     # -> [[pid, Profile, counters Hash or nil]], in the order the processes
     # started (then by pid). A file that cannot be read is reported and
     # left out.
-    def read_run_dir(dir)
+    def read_run_dir(dir, report)
       parts = Dir.children(dir).filter_map do |name|
         base = name[CHILD_PROFILE, 1] or next
         pid = name[CHILD_PROFILE, 2].to_i
         path = File.join(dir, name)
         begin
-          prof = Rperf::Report.load(path)
-        rescue Rperf::Report::Error => e
+          prof = report.load(path)
+        rescue report::Error => e
           @err.puts "rperf: process #{pid}: #{e.message.delete_prefix("#{path}: ")}; left out"
           next
         end

@@ -1,0 +1,89 @@
+# frozen_string_literal: true
+
+# Profiles of forked children joining their root's (Rperf.start's
+# inherit: :fork, the default). A run's first fork makes its private
+# directory in Dir.tmpdir (rperf-run-<root pid>-<random>, mode 0700, the
+# name the rperf command uses, so a root killed before it cleaned up is
+# removed by the next command's run); each forked child (and its own forks)
+# starts the run again and writes its profile there as <pid>.pb.gz when it
+# stops or exits (ruby/lib/rperf.rb, __start_child_run). The root's stop
+# (and its exit) merges the profiles of the children that have written
+# theirs into its result, each child's samples labelled `pid` => its pid
+# (the root's own samples carry no pid label, as without children), with
+# `process_count`, and removes the directory. A child still running then
+# has nowhere to write: it says so on stderr at its end.
+
+require "rperf/run_dir"
+
+module Rperf
+  class << self
+    # A new private directory for the run's children.
+    def __make_inherit_dir
+      RunDir.make
+    end
+
+    # `data` (this process's result) with the samples, label sets and
+    # threads of every child profile in `dir` added; process_count counts
+    # this process and them. A child file that cannot be read is reported
+    # and left out. With remove: the directory goes afterwards.
+    def __merge_children(data, dir, remove: false)
+      parts = __child_profiles(dir)
+      data = data.merge(process_count: 1 + parts.size)
+      return data if parts.empty?
+
+      sets = {}
+      (data[:label_sets] || [{}]).each { |h| sets[h] ||= sets.size }
+      samples = data[:aggregated_samples].dup
+      threads = (data[:threads] || []).dup
+      offset = threads.map { |t| t[:thread_seq] }.max || 0
+      parts.each do |pid, prof|
+        d = prof.data
+        ids = (d[:label_sets].empty? ? [{}] : d[:label_sets]).map do |h|
+          key = { PID_KEY => pid, **h.except(PID_KEY) }
+          sets[key] ||= sets.size
+        end
+        top = 0
+        d[:aggregated_samples].each do |frames, w, seq, set|
+          seq ||= 0
+          top = seq if seq > top
+          samples << [frames.map { |f| [f[0], f[1]] }, w, seq.positive? ? seq + offset : 0, ids[set || 0]]
+        end
+        d[:threads].each do |t|
+          top = t[:thread_seq] if t[:thread_seq] > top
+          threads << t.merge(thread_seq: t[:thread_seq] + offset)
+        end
+        offset += top
+      end
+      data.merge(aggregated_samples: samples, label_sets: sets.keys, threads: threads)
+    ensure
+      __remove_inherit_dir(dir) if remove
+    end
+
+    private
+
+    PID_KEY = :pid
+
+    # -> [[pid, Rperf::Report::Profile]] of the children's profiles in
+    # `dir`, oldest first.
+    def __child_profiles(dir)
+      require "rperf/report"
+      names = Dir.children(dir).grep(/\A\d+(\.\d+)?\.pb\.gz\z/)
+      names.filter_map do |name|
+        path = File.join(dir, name)
+        [name.to_i, Rperf::Report.load(path)]
+      rescue Rperf::Report::Error => e
+        warn "rperf: a forked child's profile is left out: #{e.message}"
+        nil
+      end.sort_by { |pid, prof| [prof.data[:start_time_ns] || 0, pid] }
+    rescue SystemCallError
+      []
+    end
+
+    def __remove_inherit_dir(dir)
+      require "fileutils"
+      FileUtils.remove_entry_secure(dir) if File.directory?(dir)
+    rescue SystemCallError => e
+      warn "rperf: could not remove #{dir}: #{e.message}"
+    end
+  end
+end
