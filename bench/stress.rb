@@ -187,7 +187,8 @@ module RperfStress
         #{SPIN}
         #{REPORT}
         stop = false
-        Rperf.start(frequency: 10_000, backend: :#{backend}, mode: :wall)
+        # children start stopped here (inherit: false) and profile themselves
+        Rperf.start(frequency: 10_000, backend: :#{backend}, mode: :wall, inherit: false)
         workers = 8.times.map do |i|
           Thread.new do
             k = 0

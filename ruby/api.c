@@ -40,6 +40,9 @@ static int finish_at_exit;          /* the run asked for output/reports */
  * written from C, so the path to the file calls no method the application
  * may have redefined (Symbol#to_s, Hash#[], ...). nil otherwise. */
 static VALUE exit_output = Qnil;
+/* The run made its directory for forked children (_c_children_dir_made):
+ * snapshots merge what they wrote. */
+static bool run_has_children;
 static rb_ractor_local_key_t main_key;   /* set in the main Ractor only */
 
 static void require_main_ractor(const char *what)
@@ -151,6 +154,7 @@ static VALUE start_locked(VALUE args)
     VALUE freq = argv[0], mode = argv[1], aggregate = argv[2], backend = argv[3];
     VALUE signo = argv[4], ring_slots = argv[5], finish = argv[6], label_cap = argv[7];
     exit_output = Qnil;
+    run_has_children = false;
     fork_reset_if_needed();
     if (rperf_engine_running()) rb_raise(rb_eRuntimeError, "Rperf is already running");
     rperf_rb_signal_check_free(NUM2INT(signo));   /* never replace someone else's action */
@@ -465,7 +469,11 @@ static VALUE c_snapshot(int argc, VALUE *argv, VALUE self)
     }
     rperf_rb_window_meet_parked();
     rperf_engine_pause();
-    return rb_ensure(build_snapshot, Qnil, resume_clear, clear);
+    VALUE data = rb_ensure(build_snapshot, Qnil, resume_clear, clear);
+    /* forked children's profiles join it (ruby/lib/rperf/inherit.rb); a
+     * run without children calls no Ruby method here */
+    if (run_has_children) return rb_funcall(rperf_rb_mRperf, rb_intern("__finish_snapshot"), 2, data, clear);
+    return data;
 }
 
 /* _c_exit_output(path, exporter_name, child_run): the run just started
@@ -479,6 +487,15 @@ static VALUE c_exit_output(VALUE self, VALUE path, VALUE name, VALUE child)
     if (!rperf_engine_running() || !rperf_exporter_find(StringValueCStr(name))) return Qnil;
     exit_output = rb_ary_new_from_args(3, rb_str_new_frozen(path), rb_str_new_frozen(name),
                                        RTEST(child) ? Qtrue : Qfalse);
+    return Qnil;
+}
+
+/* _c_children_dir_made: the run going has a directory for its forked
+ * children's profiles (ruby/lib/rperf/inherit.rb). */
+static VALUE c_children_dir_made(VALUE self)
+{
+    (void)self;
+    run_has_children = rperf_engine_running();
     return Qnil;
 }
 
@@ -539,6 +556,7 @@ void rperf_rb_api_init(VALUE m)
     rb_define_module_function(m, "running?", c_running_p, 0);
     rb_define_module_function(m, "_c_exit_output", c_exit_output, 3);
     rb_define_module_function(m, "_c_main_mn", c_main_mn, 0);
+    rb_define_module_function(m, "_c_children_dir_made", c_children_dir_made, 0);
     rb_define_module_function(m, "_c_backends", c_backends, 0);
     rb_define_module_function(m, "_c_after_fork_child", c_after_fork_child, 0);
     rb_define_const(m, "DEFAULT_RING_SLOTS", INT2NUM(RPERF_DEFAULT_RING_SLOTS));

@@ -53,6 +53,10 @@ module Rperf
               ring_size: DEFAULT_RING_SLOTS, max_label_sets: DEFAULT_MAX_LABEL_SETS,
               allow_signal: false, inherit: DEFAULT_INHERIT, &block)
       main_ractor!("start")
+      # A fork child's inherited run gives way to the child's own start (a
+      # fork child's profiler was stopped in rperf 0.6: `fork { Rperf.start
+      # ... }` keeps working); its part so far goes to the run's directory.
+      stop if running? && @run && @run[:yields_to_start]
       raise RuntimeError, "Rperf is already running" if running?
 
       validate_frequency(frequency)
@@ -198,6 +202,7 @@ module Rperf
     def __restart_child_run(child_run)
       dir, opts = child_run
       __start_child_run(dir, opts, stat_counters.slice(*STAT_SINCE_FORK))
+      @run[:yields_to_start] = true if @run
     rescue StandardError => e
       warn "rperf: could not profile forked process #{Process.pid}: #{e.message}"
     end

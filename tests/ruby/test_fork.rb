@@ -283,4 +283,47 @@ class TestFork < Test::Unit::TestCase
     end
     assert_false(Rperf.running?)
   end
+
+  # The root's snapshots hold the children that have ended: each child's
+  # part once when the snapshots clear, in every window when they do not.
+  def test_root_snapshots_hold_the_ended_children
+    run = run_fork_scenario(<<~'RUBY')
+      Rperf.start(frequency: 1000)
+      pid = fork { rperf_child_work(0.05) }
+      Process.wait(pid)
+      kept1 = Rperf.snapshot
+      kept2 = Rperf.snapshot
+      cleared = Rperf.snapshot(clear: true)
+      after = Rperf.snapshot
+      res = Rperf.stop
+      child = ->(d) { d[:aggregated_samples].any? { |f, _w, _s, set| (d[:label_sets] || [{}])[set][:pid] == pid && f.any? { |fr| fr[1] == "Object#rperf_child_work" } } }
+      child_report("kept" => [child.(kept1), child.(kept2)], "cleared" => child.(cleared),
+                   "after" => child.(after), "stop" => child.(res), "count" => [cleared[:process_count], res[:process_count]])
+    RUBY
+    assert_equal({ "kept" => [true, true], "cleared" => true, "after" => false, "stop" => false, "count" => [2, 1] },
+                 run.report, run.describe)
+  end
+
+  # A fork child that starts its own run (the rperf 0.6 way, whose fork
+  # child was stopped) gets it: the inherited run gives way, and what it
+  # had sampled still joins the root's profile.
+  def test_a_child_own_start_replaces_the_inherited_run
+    run = run_fork_scenario(<<~'RUBY')
+      Rperf.start(frequency: 1000)
+      rd, wr = IO.pipe
+      pid = fork do
+        rd.close
+        rperf_child_work(0.03)
+        r = Rperf.start(frequency: 500, mode: :wall) { rperf_parent_after_fork(0.02) }
+        wr.write(JSON.dump("own" => r[:frequency], "mode" => r[:mode].to_s))
+      end
+      wr.close
+      own = JSON.parse(rd.read)
+      Process.wait(pid)
+      res = Rperf.stop
+      inherited = res[:aggregated_samples].any? { |f, _w, _s, set| (res[:label_sets] || [{}])[set][:pid] == pid && f.any? { |fr| fr[1] == "Object#rperf_child_work" } }
+      child_report(own.merge("inherited_part_joined" => inherited))
+    RUBY
+    assert_equal({ "own" => 500, "mode" => "wall", "inherited_part_joined" => true }, run.report, run.describe)
+  end
 end

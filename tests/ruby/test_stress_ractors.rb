@@ -78,7 +78,7 @@ class TestStressRactors < Test::Unit::TestCase
     RPERF_BACKENDS.each do |backend|
       run = run_child(<<~RUBY, timeout: 120)
         #{PRELUDE}
-        Rperf.start(backend: :#{backend}, frequency: 1000)
+        Rperf.start(backend: :#{backend}, frequency: 1000, inherit: ENV["INHERIT"] == "fork" ? :fork : false)
         rs = 2.times.map do
           Ractor.new do
             rperf_stress_work(0.1)

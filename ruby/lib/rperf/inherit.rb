@@ -10,7 +10,8 @@
 # (and its exit) merges the profiles of the children that have written
 # theirs into its result, each child's samples labelled `pid` => its pid
 # (the root's own samples carry no pid label, as without children), with
-# `process_count`, and removes the directory. A child still running then
+# `process_count`, and removes the directory; its snapshots merge them too
+# (a clear consumes them). A child still running then
 # has nowhere to write: it says so on stderr at its end.
 
 require "rperf/run_dir"
@@ -19,20 +20,43 @@ module Rperf
   class << self
     # A new private directory for the run's children.
     def __make_inherit_dir
-      RunDir.make
+      dir = RunDir.make
+      _c_children_dir_made
+      dir
+    end
+
+    # Rperf.snapshot (ruby/api.c) of a run with forked children: the
+    # profiles of the children that have ended join it; with clear: they
+    # are consumed (the next window holds what ends after it).
+    def __finish_snapshot(data, clear)
+      dir = @run && @run[:inherit_dir]
+      return data unless dir && File.directory?(dir)
+
+      read = []
+      merged = __merge_children(data, dir, read: read)
+      # only what was merged: a child may have written its profile since
+      read.each do |path|
+        [path, path.sub(/\.pb\.gz\z/, ".stat.json")].each { |f| File.delete(f) if File.exist?(f) }
+      rescue SystemCallError
+        nil
+      end if clear
+      merged
     end
 
     # `data` (this process's result) with the samples, label sets and
     # threads of every child profile in `dir` added; process_count counts
     # this process and them. A child file that cannot be read is reported
     # and left out. With remove: the directory goes afterwards.
-    def __merge_children(data, dir, remove: false)
-      parts = __child_profiles(dir)
+    def __merge_children(data, dir, remove: false, read: [])
+      parts = __child_profiles(dir, read)
       data = data.merge(process_count: 1 + parts.size)
       return data if parts.empty?
 
+      # this process's label set ids stay as they are; children's sets are
+      # added after them (or found among them)
+      list = (data[:label_sets] || [{}]).dup
       sets = {}
-      (data[:label_sets] || [{}]).each { |h| sets[h] ||= sets.size }
+      list.each_with_index { |h, i| sets[h] ||= i }
       samples = data[:aggregated_samples].dup
       threads = (data[:threads] || []).dup
       offset = threads.map { |t| t[:thread_seq] }.max || 0
@@ -40,7 +64,7 @@ module Rperf
         d = prof.data
         ids = (d[:label_sets].empty? ? [{}] : d[:label_sets]).map do |h|
           key = { PID_KEY => pid, **h.except(PID_KEY) }
-          sets[key] ||= sets.size
+          sets[key] ||= (list << key).size - 1
         end
         top = 0
         d[:aggregated_samples].each do |frames, w, seq, set|
@@ -54,7 +78,7 @@ module Rperf
         end
         offset += top
       end
-      data.merge(aggregated_samples: samples, label_sets: sets.keys, threads: threads)
+      data.merge(aggregated_samples: samples, label_sets: list, threads: threads)
     ensure
       __remove_inherit_dir(dir) if remove
     end
@@ -65,12 +89,14 @@ module Rperf
 
     # -> [[pid, Rperf::Report::Profile]] of the children's profiles in
     # `dir`, oldest first.
-    def __child_profiles(dir)
+    def __child_profiles(dir, read = [])
       require "rperf/report"
       names = Dir.children(dir).grep(/\A\d+(\.\d+)?\.pb\.gz\z/)
       names.filter_map do |name|
         path = File.join(dir, name)
-        [name.to_i, Rperf::Report.load(path)]
+        prof = Rperf::Report.load(path)
+        read << path
+        [name.to_i, prof]
       rescue Rperf::Report::Error => e
         warn "rperf: a forked child's profile is left out: #{e.message}"
         nil
