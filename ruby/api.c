@@ -496,6 +496,9 @@ static VALUE c_children_dir_made(VALUE self)
 {
     (void)self;
     run_has_children = rperf_engine_running();
+    /* finished at exit even without an output: the children's directory
+     * is removed there (__finish_stop) */
+    if (run_has_children) finish_at_exit = 1;
     return Qnil;
 }
 

@@ -24,7 +24,11 @@ module Rperf
   # settings and its profile joins the root's (a preloaded server's
   # workers are profiled from the master's start); false — a fork child
   # starts with a stopped profiler.
-  INHERIT_VALUES = [:fork, false].freeze
+  # true — forks as with :fork, and Ruby programs this process spawns too,
+  # through the environment (RPERF_* variables, RUBYOPT=-rrperf, RUBYLIB,
+  # set while the run goes and put back at its stop: the application sees
+  # them in ENV meanwhile).
+  INHERIT_VALUES = [:fork, true, false].freeze
   DEFAULT_INHERIT = :fork
   MAX_FREQUENCY = 10_000
   # New label sets per snapshot window; past it, label applications fold
@@ -77,7 +81,7 @@ module Rperf
         raise ArgumentError, "output must be nil or a path String, got #{output.inspect}"
       end
       unless INHERIT_VALUES.include?(inherit)
-        raise ArgumentError, "inherit must be :fork or false, got #{inherit.inspect}"
+        raise ArgumentError, "inherit must be :fork, true or false, got #{inherit.inspect}"
       end
       output = output.to_path if output.respond_to?(:to_path)
       exporter_name = resolve_exporter(exporter, format, output)
@@ -101,6 +105,7 @@ module Rperf
         if output && aggregate && !(@ruby_exporters || {}).key?(exporter_name)
           _c_exit_output(output, exporter_name.to_s, false)
         end
+        __inherit_spawned if inherit == true
       rescue Exception # rubocop:disable Lint/RescueException
         # nothing started: no run left behind, no descriptor kept for it
         # (unless another thread's start won the race and owns both)
@@ -133,6 +138,7 @@ module Rperf
     def __finish_stop(data, output_written = false)
       run = @run || {}
       @run = nil
+      ENV.update(run[:saved_env]) if run[:saved_env] # inherit: true's variables go
       finish_result(data)
       if run[:child_stats] && !File.directory?(File.dirname(run[:child_stats]))
         warn "rperf: process #{Process.pid} ended after the run it was part of; its profile is left out" unless output_written
@@ -190,7 +196,7 @@ module Rperf
     def __child_run_going
       return nil unless @run && running?
       return @child_run if @run[:child_stats]
-      return nil unless @run[:inherit] == :fork
+      return nil unless @run[:inherit] == :fork || @run[:inherit] == true
 
       @run[:inherit_dir] ||= __make_inherit_dir
       [@run[:inherit_dir], @run[:start_opts]]
@@ -496,8 +502,9 @@ if ENV["RPERF_ENABLED"] == "1"
   case ENV["RPERF_INHERIT"]
   when nil, "" then nil
   when "fork" then opts[:inherit] = :fork
+  when "true", "1" then opts[:inherit] = true
   when "false", "0" then opts[:inherit] = false
-  else raise ArgumentError, "RPERF_INHERIT must be 'fork' or 'false', got #{ENV['RPERF_INHERIT'].inspect}"
+  else raise ArgumentError, "RPERF_INHERIT must be 'fork', 'true' or 'false', got #{ENV['RPERF_INHERIT'].inspect}"
   end
   # Stopped at exit by the extension's end proc (ruby/api.c), which runs
   # after the application's at_exit blocks and writes the output.

@@ -278,8 +278,8 @@ class TestFork < Test::Unit::TestCase
   end
 
   def test_inherit_is_validated
-    assert_raise_with_message(ArgumentError, "inherit must be :fork or false, got true") do
-      Rperf.start(inherit: true)
+    assert_raise_with_message(ArgumentError, "inherit must be :fork, true or false, got :spawn") do
+      Rperf.start(inherit: :spawn)
     end
     assert_false(Rperf.running?)
   end
@@ -325,5 +325,40 @@ class TestFork < Test::Unit::TestCase
       child_report(own.merge("inherited_part_joined" => inherited))
     RUBY
     assert_equal({ "own" => 500, "mode" => "wall", "inherited_part_joined" => true }, run.report, run.describe)
+  end
+
+  # inherit: true: a Ruby program spawned during the run is profiled
+  # through the environment and joins the root's profile; the variables
+  # are the application's again after the stop, and nothing is left in the
+  # temp directory.
+  def test_inherit_true_takes_in_spawned_ruby_programs
+    run = run_fork_scenario(<<~'RUBY')
+      require "tmpdir"
+      before = ENV.to_h
+      Rperf.start(frequency: 1000, inherit: true)
+      during = ENV["RPERF_CHILD_DIR"] ? true : false
+      system(RbConfig.ruby, "-e", "def rperf_spawned_work = (t = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID); nil while Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID) - t < 0.05); rperf_spawned_work")
+      res = Rperf.stop
+      spawned = res[:aggregated_samples].any? { |f, _w, _s, set| res[:label_sets][set][:pid] && f.any? { |fr| fr[1] == "Object#rperf_spawned_work" } }
+      child_report("count" => res[:process_count], "spawned" => spawned, "during" => during,
+                   "env_back" => ENV.to_h == before,
+                   "left" => Dir.glob(File.join(Dir.tmpdir, "rperf-run-#{Process.pid}-*")))
+    RUBY
+    assert_equal({ "count" => 2, "spawned" => true, "during" => true, "env_back" => true, "left" => [] },
+                 run.report, run.describe)
+  end
+
+  # A run with forked children that is left going at exit, without an
+  # output, still removes its directory there.
+  def test_exit_without_stop_leaves_no_directory
+    Dir.mktmpdir("rperf-fork-tmp") do |tmp|
+      run = run_child(<<~'RUBY', env: { "TMPDIR" => tmp })
+        Rperf.start(frequency: 1000)
+        pid = fork { cpu_spin(0.01) }
+        Process.wait(pid)
+      RUBY
+      assert(run.success?, run.describe)
+      assert_equal([], Dir.children(tmp))
+    end
   end
 end

@@ -1,7 +1,8 @@
 # frozen_string_literal: true
 
 # Profiles of forked children joining their root's (Rperf.start's
-# inherit: :fork, the default). A run's first fork makes its private
+# inherit: :fork, the default; inherit: true adds spawned Ruby programs).
+# A run's first fork (or its start, with inherit: true) makes its private
 # directory in Dir.tmpdir (rperf-run-<root pid>-<random>, mode 0700, the
 # name the rperf command uses, so a root killed before it cleaned up is
 # removed by the next command's run); each forked child (and its own forks)
@@ -23,6 +24,28 @@ module Rperf
       dir = RunDir.make
       _c_children_dir_made
       dir
+    end
+
+    # inherit: true: Ruby programs spawned while the run goes start the
+    # run's child run through the environment (as under the rperf command)
+    # and write into the run's directory; the variables are put back at
+    # the stop (__finish_stop).
+    def __inherit_spawned
+      @run[:inherit_dir] ||= __make_inherit_dir
+      o = @run[:start_opts]
+      so = $LOADED_FEATURES.find { |f| File.basename(f) == "rperf.so" }
+      dirs = [File.expand_path("..", __dir__), so && File.dirname(so)].compact.uniq
+      env = SPAWN_KEYS.to_h { |k| [k, nil] }.merge(
+        "RPERF_ENABLED" => "1", "RPERF_MODE" => o[:mode].to_s, "RPERF_FREQUENCY" => o[:frequency].to_s,
+        "RPERF_BACKEND" => o[:backend].to_s, "RPERF_CHILD_DIR" => @run[:inherit_dir],
+        "RUBYOPT" => ["-rrperf", ENV["RUBYOPT"]].compact.reject(&:empty?).join(" "),
+        "RUBYLIB" => [*dirs, ENV["RUBYLIB"]].compact.reject(&:empty?).join(File::PATH_SEPARATOR)
+      )
+      env["RPERF_AGGREGATE"] = "0" unless o[:aggregate]
+      env["RPERF_SIGNAL"] = o[:signal].to_s if o[:signal].is_a?(Integer)
+      env["RPERF_ALLOW_SIGNAL"] = "1" if o[:allow_signal]
+      @run[:saved_env] = env.keys.to_h { |k| [k, ENV[k]] }
+      ENV.update(env)
     end
 
     # Rperf.snapshot (ruby/api.c) of a run with forked children: the
@@ -86,6 +109,11 @@ module Rperf
     private
 
     PID_KEY = :pid
+    # Every variable the env auto-start reads, set or cleared for spawned
+    # children (inherit: true).
+    SPAWN_KEYS = %w[RPERF_ENABLED RPERF_MODE RPERF_FREQUENCY RPERF_OUTPUT RPERF_FORMAT RPERF_SIGNAL
+                    RPERF_ALLOW_SIGNAL RPERF_BACKEND RPERF_AGGREGATE RPERF_STAT RPERF_VERBOSE
+                    RPERF_STAT_COMMAND RPERF_STAT_REPORT RPERF_CHILD_DIR RPERF_INHERIT RUBYOPT RUBYLIB].freeze
 
     # -> [[pid, Rperf::Report::Profile]] of the children's profiles in
     # `dir`, oldest first.
