@@ -255,7 +255,9 @@ static void deliver(int64_t now)
 }
 
 /* Timer thread: no thread of any Ractor holds its GVL, so ticks go
- * nowhere (the tick thread may park; ns_thread_resumed wakes it). A
+ * nowhere (the tick thread may park; ns_thread_resumed wakes it); or a
+ * deferred run has no thread inside a profile block (the engine takes no
+ * tick; a block's start attaches its thread, which wakes it). A
  * trigger consumed between the last two ticks means a main-Ractor thread
  * ran Ruby code: not idle, and no scan. Otherwise every slot is read: a
  * thread in a long C call or GC with its GVL held is still marked as
@@ -264,6 +266,7 @@ static void deliver(int64_t now)
  * (4,096 native threads at once); it gets ticks again after the watchdog. */
 static bool nobody_holds(void)
 {
+    if (!rperf_engine_ticks_wanted()) return true;   /* deferred, no profile block */
     if (consumed) return false;
     int hwm = atomic_load_explicit(&slot_hwm, memory_order_acquire);
     for (int i = 0; i < hwm; i++)

@@ -139,13 +139,19 @@ struct rperf_thread {
     int64_t gvl_left;
     uint32_t gap_rng;
     _Atomic uint32_t ractor_id;    /* Ruby's Ractor id, 0 = not known yet */
-    int fresh;                     /* created, not yet run (own, then cleared) */
-    int migrates;                  /* cpu mode: resumed on another native thread
+    uint8_t fresh;                 /* created, not yet run (own, then cleared) */
+    uint8_t migrates;              /* cpu mode: resumed on another native thread
                                       once; SUSPENDED then always reads the clock */
     int32_t native_tid;            /* where it last resumed */
     /* Where the unattributed time starts (RPERF_HEAD_*: the late rule,
      * thread_state.c). Own context only. */
-    int head;
+    uint8_t head;
+    /* A deferred run (rperf_config_t.deferred): 1 while the thread is
+     * outside profile blocks. Its time is then dropped, not recorded, and
+     * the backend does not hear of it, so it gets no ticks. Written by the
+     * thread itself (rperf_thread_profile_begin/end) or, before its first
+     * turn, by its creator. */
+    uint8_t muted;
 
     /* The third line: what recording a sample reads and writes (a
      * thread's state is cold when it records: it last ran on the other
@@ -377,6 +383,9 @@ typedef struct rperf_engine {
     _Atomic uint32_t thread_seq;
     _Atomic int unsettled;              /* created (STARTED), not yet run or exited */
     _Atomic int thread_new_failed;      /* a thread of this run went unprofiled */
+    /* deferred run: threads inside profile blocks (not muted); while it
+     * is 0 no tick is taken (rperf_engine_tick_sigsafe) */
+    _Atomic int profiled_threads;
     int64_t start_real_ns;
     /* when the current window was closed (pause for a snapshot, stop): the
      * end of its duration and the start of the next window; 0 while open */

@@ -101,8 +101,17 @@ bool rperf_engine_enter(void)
 
 void rperf_engine_leave(void) { atomic_fetch_sub(my_stripe(), 1); }
 
+bool rperf_engine_ticks_wanted(void)
+{
+    return !rperf__engine.cfg.deferred ||
+           atomic_load_explicit(&rperf__engine.profiled_threads, memory_order_relaxed) > 0;
+}
+
 void rperf_engine_tick_sigsafe(void)
 {
+    /* a deferred run with no thread inside a profile block: no tick (the
+     * backends' tick threads then find no holder and park) */
+    if (!rperf_engine_ticks_wanted()) return;
     /* clock_gettime: async-signal-safe */
     int64_t now = rperf__mono_ns();
     atomic_store_explicit(&rperf__engine.tick_mono, now, memory_order_relaxed);
@@ -181,6 +190,7 @@ int rperf_engine_start(const rperf_config_t *cfg, rperf_thread_t **caller,
     atomic_store(&rperf__engine.thread_seq, 0);
     atomic_store(&rperf__engine.unsettled, 0);
     atomic_store(&rperf__engine.thread_new_failed, 0);
+    atomic_store(&rperf__engine.profiled_threads, 0);
     atomic_store(&rperf__engine.dropped_retired, 0);
     rperf__gc_reset();
     reset_counters();

@@ -268,6 +268,7 @@ static bool push(rperf_thread_t *pt, rperf_sample_type_t type, int64_t weight, i
 bool rperf__ring_push(rperf_thread_t *pt, rperf_sample_type_t type, int64_t weight,
                       int64_t mono_ns, const rperf_frame_t *frames, int depth)
 {
+    if (pt->muted) return true;   /* outside profile blocks: dropped as recorded */
     return push(pt, type, weight, 0, false, mono_ns, frames, depth);
 }
 
@@ -275,6 +276,7 @@ bool rperf__ring_push(rperf_thread_t *pt, rperf_sample_type_t type, int64_t weig
 bool rperf__ring_push_pair(rperf_thread_t *pt, rperf_sample_type_t type, int64_t weight,
                            int64_t weight2, int64_t mono_ns, const rperf_frame_t *frames, int depth)
 {
+    if (pt->muted) return true;
     return push(pt, type, weight, weight2, true, mono_ns, frames, depth);
 }
 

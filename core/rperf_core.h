@@ -93,6 +93,11 @@ typedef struct rperf_config {
                                  start so their running threads register */
     const int32_t *bootstrap_skip; /* sorted tids the bootstrap leaves out */
     size_t bootstrap_nskip;
+    /* Deferred run: only threads inside profile blocks are sampled
+     * (rperf_thread_profile_begin/end); a thread starts outside one. While
+     * no thread is inside, no tick is taken and the backends' tick threads
+     * park. */
+    bool deferred;
 } rperf_config_t;
 
 typedef struct rperf_stats {
@@ -235,6 +240,26 @@ void rperf_thread_set_host_ref(rperf_thread_t *pt, uintptr_t ref);
 uint32_t rperf_thread_ractor(const rperf_thread_t *pt);   /* any context */
 bool rperf_thread_wants_name(rperf_thread_t *pt);
 void rperf_thread_set_name(rperf_thread_t *pt, const char *name, size_t len);
+
+/* Deferred runs (rperf_config_t.deferred; no effect otherwise). GVL held,
+ * own: the thread `pt`, running here, enters its outermost profile block:
+ * its time counts from now (what it had pending outside is dropped) and
+ * the backend hears of it as a GVL holder. A thread that is not running
+ * here (created or first met by the host, before its first turn) is only
+ * marked inside: its time counts as for any new thread. */
+void rperf_thread_profile_begin(rperf_thread_t *pt);
+/* GVL held, own: pt leaves its outermost profile block: from now on
+ * nothing it does is recorded and the backend forgets it. Its time since
+ * its last sample is dropped (the stack here is the block's caller). */
+void rperf_thread_profile_end(rperf_thread_t *pt);
+/* any context: pt is inside a profile block of a deferred run, or the run
+ * is not deferred (its samples are recorded). */
+bool rperf_thread_profiled(const rperf_thread_t *pt);
+/* any context: threads inside profile blocks in a deferred run. */
+int rperf_engine_profiled_threads(void);
+/* any context: ticks are taken (not a deferred run with no thread inside a
+ * profile block). A backend's tick thread may park while it is false. */
+bool rperf_engine_ticks_wanted(void);
 
 /* GVL held, worker parked (snapshot): cb(label set id) for every live
  * thread of the run. */

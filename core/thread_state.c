@@ -71,6 +71,14 @@ static void settle_fresh(rperf_thread_t *pt)
 
 static const rperf_backend_ops_t *backend(void) { return rperf__engine.cfg.backend; }
 
+/* The backend hears that the thread running here holds its GVL without a
+ * RESUMED (see rperf_backend_ops_t.thread_attached). */
+static void backend_attach(void)
+{
+    if (backend() && backend()->thread_attached) backend()->thread_attached();
+    else if (backend() && backend()->thread_resumed) backend()->thread_resumed();
+}
+
 /* ---- creation / destruction ------------------------------------------- */
 
 static rperf_thread_t *thread_new_failed(void)
@@ -106,6 +114,7 @@ rperf_thread_t *rperf_thread_new(rperf_thread_origin_t origin)
     pt->susp_wall = existing ? window : 0;
     pt->fresh = origin == RPERF_THREAD_CREATED;
     pt->head = RPERF_HEAD_EXACT;
+    pt->muted = rperf__engine.cfg.deferred;
     if (pt->fresh) atomic_fetch_add_explicit(&rperf__engine.unsettled, 1, memory_order_release);
     rperf_thread_t *head = atomic_load_explicit(&rperf__threads, memory_order_relaxed);
     do {
@@ -216,8 +225,7 @@ void rperf_thread_attach_current(rperf_thread_t *pt)
     pt->susp_wall = 0;
     pt->settled_wall = 0;
     set_current(pt);
-    if (backend() && backend()->thread_attached) backend()->thread_attached();
-    else if (backend() && backend()->thread_resumed) backend()->thread_resumed();
+    if (!pt->muted) backend_attach();
 }
 
 /* Wall mode: record `blocked` / `wait` of the [GVL blocked] / [GVL wait]
@@ -399,6 +407,9 @@ static int64_t job_native_cpu(int64_t mono)
  * it returns. */
 static void sample_now(rperf_thread_t *pt, bool job)
 {
+    /* outside profile blocks (deferred run): nothing to record, and the
+     * ticks stay for a thread inside one */
+    if (pt->muted) return;
     int64_t mono = rperf__mono_ns(), began = mono;
     bool late = job && job_is_late(pt, mono);
     if (!wall_mode() && pt->cpu_mark < 0) return;
@@ -817,7 +828,7 @@ void rperf_ev_resumed(rperf_thread_t *pt)
     int64_t mono = rperf__mono_ns();
     nt->resumed_mono = mono;
     set_current(pt);
-    if (backend() && backend()->thread_resumed) {
+    if (!pt->muted && backend() && backend()->thread_resumed) {
         nt->resume_slow = false;
         backend()->thread_resumed();
         if (nt->resume_slow) {
@@ -862,7 +873,7 @@ static void suspend_cpu(rperf_thread_t *pt, int64_t mono)
 void rperf_ev_suspended(rperf_thread_t *pt)
 {
     rperf_nt_t *nt = &nt_tls;
-    if (backend() && backend()->thread_suspended) backend()->thread_suspended();
+    if (!pt->muted && backend() && backend()->thread_suspended) backend()->thread_suspended();
     int64_t mono = rperf__mono_ns();
     /* The on-GVL time since the last sample stays pending for the thread's
      * next tick, in both modes: the stack at SUSPENDED is always the
@@ -906,6 +917,10 @@ void rperf_ev_exited(rperf_thread_t *pt)
         record_pending_gvl(pt, mono, &root, 1);
     }
     settle_fresh(pt);
+    if (!pt->muted && rperf__engine.cfg.deferred) {
+        pt->muted = 1;
+        atomic_fetch_sub_explicit(&rperf__engine.profiled_threads, 1, memory_order_relaxed);
+    }
     if (nt->cur == pt) nt->cur = NULL;
     atomic_store_explicit(&pt->exited, 1, memory_order_release);
 }
@@ -997,8 +1012,69 @@ void rperf_thread_set_host_ref(rperf_thread_t *pt, uintptr_t ref)
 void rperf_thread_set_ractor(rperf_thread_t *pt, uint32_t ractor_id)
 {
     atomic_store_explicit(&pt->ractor_id, ractor_id, memory_order_relaxed);
-    if (rperf_current_thread_sigsafe() == pt && backend() && backend()->thread_identified)
+    if (!pt->muted && rperf_current_thread_sigsafe() == pt && backend() &&
+        backend()->thread_identified)
         backend()->thread_identified();
+}
+
+/* ---- profile blocks of a deferred run (own, GVL held) ---------------------- */
+
+/* The thread's time counts from now: the accounting is opened exactly
+ * here, as for a thread that starts (RPERF_HEAD_EXACT), and what it had
+ * pending outside the block (on-GVL time, GC steps, blocks) is dropped. */
+static void open_here(rperf_thread_t *pt)
+{
+    int64_t mono = rperf__mono_ns();
+    if (!wall_mode()) {
+        if (pt->cpu_mark >= 0) {
+            int64_t native = read_native_cpu();
+            pt->cpu_acc += native - pt->cpu_mark;
+            pt->cpu_mark = native;
+        } else {
+            pt->cpu_mark = read_native_cpu();
+        }
+        pt->mark_mono = mono;
+        pt->mark_idle = 0;
+        pt->last_cpu = pt->cpu_acc;
+    }
+    pt->last_wall = mono;
+    pt->pend_blocked = pt->pend_wait = 0;
+    pt->pend_gc_mark = pt->pend_gc_sweep = 0;
+    pt->head = RPERF_HEAD_EXACT;
+}
+
+void rperf_thread_profile_begin(rperf_thread_t *pt)
+{
+    if (!pt->muted || !rperf__engine.cfg.deferred ||
+        atomic_load_explicit(&pt->exited, memory_order_relaxed))
+        return;
+    bool here = rperf_current_thread_sigsafe() == pt;
+    if (here) open_here(pt);
+    pt->muted = 0;
+    atomic_fetch_add_explicit(&rperf__engine.profiled_threads, 1, memory_order_relaxed);
+    if (here) backend_attach();
+}
+
+/* The time since the thread's last sample is not recorded: the stack at
+ * the block's end is the caller of the block (Rperf.profile, a
+ * middleware), which ran none of it, and charging it there would show the
+ * profiler as a hotspot of every request. Dropped, it leaves each method
+ * its share of what was sampled; a block's total is short by its last
+ * partial interval (docs/architecture.md, "Deferred runs"). */
+void rperf_thread_profile_end(rperf_thread_t *pt)
+{
+    if (pt->muted || !rperf__engine.cfg.deferred) return;
+    if (rperf_current_thread_sigsafe() == pt && backend() && backend()->thread_suspended)
+        backend()->thread_suspended();
+    pt->muted = 1;
+    atomic_fetch_sub_explicit(&rperf__engine.profiled_threads, 1, memory_order_relaxed);
+}
+
+bool rperf_thread_profiled(const rperf_thread_t *pt) { return !pt->muted; }
+
+int rperf_engine_profiled_threads(void)
+{
+    return atomic_load_explicit(&rperf__engine.profiled_threads, memory_order_relaxed);
 }
 
 uint32_t rperf_thread_ractor(const rperf_thread_t *pt)

@@ -147,7 +147,8 @@ static VALUE lifecycle_unlock(VALUE unused)
 static void lifecycle_after_fork_child(void) { atomic_store(&lifecycle_busy, 0); }
 
 /* _c_start(frequency, mode(0 cpu/1 wall), aggregate, backend_name, signo,
- *          ring_slots, finish_at_exit, max_label_sets), lifecycle lock held */
+ *          ring_slots, finish_at_exit, max_label_sets, defer), lifecycle
+ * lock held */
 static VALUE start_locked(VALUE args)
 {
     const VALUE *argv = (const VALUE *)args;
@@ -168,6 +169,7 @@ static VALUE start_locked(VALUE args)
     cfg.backend = rperf_backend_find(StringValueCStr(backend));
     cfg.bootstrap = rperf_rb_other_ractors_p();
     cfg.main_mn = rperf_rb_main_mn();
+    cfg.deferred = RTEST(argv[8]);
     if (!cfg.backend) rb_raise(rb_eArgError, "unknown backend");
     char err[256] = "rperf: failed to start";
     rperf_thread_t *caller = NULL;
@@ -232,7 +234,7 @@ static void check_start_args(const VALUE *argv)
 static VALUE c_start(int argc, VALUE *argv, VALUE self)
 {
     (void)self;
-    rb_check_arity(argc, 8, 8);
+    rb_check_arity(argc, 9, 9);
     require_main_ractor("start");
     check_start_args(argv);
     lifecycle_lock();

@@ -57,6 +57,7 @@ rperf_thread_t *rperf_rb_thread_state(VALUE th)
 void rperf_rb_thread_state_set(VALUE th, rperf_thread_t *pt)
 {
     rb_internal_thread_specific_set(th, rperf_rb_key, pt ? (void *)rperf_thread_token(pt) : NULL);
+    rperf_rb_profile_adopt(th, pt);   /* a deferred run samples it inside a block */
 }
 
 /* GVL held, own, inside enter/leave: the state of the running Ruby thread,

@@ -22,6 +22,9 @@
  * GVL needs no CPU clock reading.)
  * RESUMED and SUSPENDED of a main-Ractor thread on a native thread of its
  * own skip enter/leave (`held`, see `here`).
+ * STARTED runs on the creator's native thread (Ruby 3.3
+ * native_thread_create), so a thread made inside a profile block of a
+ * deferred run inherits it there (profile.c).
  * gc_hook runs inside GC on the thread
  * that runs the GC step: no allocation, no Ruby calls. install/remove run
  * with the GVL held (never from inside a hook).
@@ -113,6 +116,7 @@ static void thread_hook(rb_event_flag_t ev, const rb_internal_thread_event_data_
     if (held ? !rperf_engine_running() : !rperf_engine_enter()) return;
     if (!pt) pt = rperf_rb_thread_state(th);
     if (ev & RUBY_INTERNAL_THREAD_EVENT_STARTED) {
+        rperf_rb_profile_inherit(th);   /* made inside a profile block */
         if (!pt) {
             pt = rperf_thread_new(RPERF_THREAD_CREATED);
             if (pt) {

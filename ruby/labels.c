@@ -445,6 +445,16 @@ static VALUE restore_token(VALUE token)
     return Qnil;
 }
 
+/* A labelled block's start: merge labels (a Hash or nil) into the running
+ * thread's set; returns what rperf_rb_label_restore takes at its end (the
+ * set it had). */
+VALUE rperf_rb_label_push(VALUE labels)
+{
+    return token_value(!NIL_P(labels) && rperf_engine_running() ? relabel(labels) : current_token());
+}
+
+void rperf_rb_label_restore(VALUE token) { set_token(token_of(token)); }
+
 /* Rperf.label(**labels) [{ block }]: merge labels into the current thread's
  * set (nil deletes a key); with a block, the previous set is restored
  * afterwards and the block's value returned. Any Ractor. */
@@ -453,9 +463,9 @@ static VALUE m_label(int argc, VALUE *argv, VALUE self)
     (void)self;
     VALUE labels = Qnil;
     rb_scan_args(argc, argv, ":", &labels);
-    uint64_t cur = !NIL_P(labels) && rperf_engine_running() ? relabel(labels) : current_token();
+    VALUE cur = rperf_rb_label_push(labels);
     if (!rb_block_given_p()) return Qnil;
-    return rb_ensure(yield_block, Qnil, restore_token, token_value(cur));
+    return rb_ensure(yield_block, Qnil, restore_token, cur);
 }
 
 /* Rperf.labels: the current thread's labels (a frozen Hash; {} when none or

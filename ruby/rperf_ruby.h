@@ -48,6 +48,16 @@ void rperf_rb_labels_mark(bool minor);
 VALUE rperf_rb_label_sets(void);
 uint32_t rperf_rb_label_set_count(void);
 uint64_t rperf_rb_labels_overflowed(void);
+/* GVL held: a labelled block's start (labels: a Hash or nil) and end */
+VALUE rperf_rb_label_push(VALUE labels);
+void rperf_rb_label_restore(VALUE token);
+
+/* profile.c (Rperf.profile; the profile-block depth of Ruby threads) */
+void rperf_rb_profile_init(VALUE mRperf);
+/* where thread state is made (hooks too): th inside a block is profiled */
+void rperf_rb_profile_adopt(VALUE th, rperf_thread_t *pt);
+/* STARTED, on the creator's native thread: th inherits its creator's block */
+void rperf_rb_profile_inherit(VALUE th);
 
 /* window.c */
 int rperf_rb_capture_thread(uintptr_t ref, rperf_frame_t *buf, int max);

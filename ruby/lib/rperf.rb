@@ -55,7 +55,7 @@ module Rperf
     def start(frequency: 1000, mode: :cpu, backend: nil, exporter: nil, format: nil,
               output: nil, aggregate: true, signal: nil, verbose: false, stat: false,
               ring_size: DEFAULT_RING_SLOTS, max_label_sets: DEFAULT_MAX_LABEL_SETS,
-              allow_signal: false, inherit: DEFAULT_INHERIT, &block)
+              allow_signal: false, inherit: DEFAULT_INHERIT, defer: false, &block)
       main_ractor!("start")
       # A fork child's inherited run gives way to the child's own start (a
       # fork child's profiler was stopped in rperf 0.6: `fork { Rperf.start
@@ -83,6 +83,9 @@ module Rperf
       unless INHERIT_VALUES.include?(inherit)
         raise ArgumentError, "inherit must be :fork, true or false, got #{inherit.inspect}"
       end
+      unless defer == true || defer == false
+        raise ArgumentError, "defer must be true or false, got #{defer.inspect}"
+      end
       output = output.to_path if output.respond_to?(:to_path)
       exporter_name = resolve_exporter(exporter, format, output)
       __check_output(output) if respond_to?(:__check_output, true)
@@ -93,13 +96,13 @@ module Rperf
                # what a forked child starts again with (inherit: :fork)
                start_opts: { frequency: frequency, mode: mode, backend: backend_name.to_sym, signal: signal,
                              aggregate: aggregate ? true : false, ring_size: ring_size,
-                             max_label_sets: max_label_sets, allow_signal: allow_signal },
+                             max_label_sets: max_label_sets, allow_signal: allow_signal, defer: defer },
                started_at: Process.clock_gettime(Process::CLOCK_MONOTONIC) }
       # The last argument: a run left going at exit is stopped there (in C)
       # and, when it asked for output or reports, finished like Rperf.stop.
       begin
         _c_start(frequency, MODES[mode], aggregate ? true : false, backend_name.to_s, signo, ring_size,
-                 output || verbose || stat ? true : false, max_label_sets)
+                 output || verbose || stat ? true : false, max_label_sets, defer)
         # a C exporter writes the output at exit and exec from C: no method
         # the application may have redefined on the way
         if output && aggregate && !(@ruby_exporters || {}).key?(exporter_name)
@@ -499,6 +502,11 @@ if ENV["RPERF_ENABLED"] == "1"
                        raise(ArgumentError, "RPERF_SIGNAL must be 'false' or an Integer, got #{ENV['RPERF_SIGNAL'].inspect}")
   end
   opts[:allow_signal] = true if ENV["RPERF_ALLOW_SIGNAL"] == "1"
+  case ENV["RPERF_DEFER"]
+  when nil, "", "0", "false" then nil
+  when "1", "true" then opts[:defer] = true
+  else raise ArgumentError, "RPERF_DEFER must be '1' or '0', got #{ENV['RPERF_DEFER'].inspect}"
+  end
   case ENV["RPERF_INHERIT"]
   when nil, "" then nil
   when "fork" then opts[:inherit] = :fork

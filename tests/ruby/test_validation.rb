@@ -284,7 +284,7 @@ class TestValidation < Test::Unit::TestCase
   # Rperf.start (frequency 0 divided by zero) gets an ArgumentError and
   # nothing starts.
   def test_the_c_start_checks_its_arguments
-    good = [1000, 0, true, "holder", 0, 4096, false, 100]
+    good = [1000, 0, true, "holder", 0, 4096, false, 100, false]
     { 0 => 0, 1 => 2, 4 => 65, 5 => 1000, 7 => 0 }.each do |i, bad|
       args = good.dup
       args[i] = bad

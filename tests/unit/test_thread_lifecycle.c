@@ -1096,6 +1096,59 @@ RPERF_TEST(a_slow_resume_is_the_wait_of_the_call_that_released_the_gvl)
     RPERF_CHECK(g.wait >= 3000000);
 }
 
+/* A deferred run: no tick is taken while no thread is inside a profile
+ * block; a thread's time counts only inside its block (what it did before
+ * is dropped at the block's start, the tail after its last sample at its
+ * end), and the backend hears only of threads inside blocks. */
+static int resumes_heard;
+static void counting_resumed(void) { resumes_heard++; }
+static const rperf_backend_ops_t counting_backend = {
+    .version = RPERF_BACKEND_ABI_VERSION, .name = "counting", .description = "test",
+    .start = fb_start, .stop = fb_stop, .thread_resumed = counting_resumed,
+};
+
+RPERF_TEST(a_deferred_run_samples_only_inside_profile_blocks)
+{
+    rperf_config_t cfg = { .frequency = 1000, .clock = RPERF_CLOCK_WALL, .aggregate = true,
+                           .ring_slots = 1024, .backend = &counting_backend, .deferred = true };
+    rperf_thread_t *caller = NULL;
+    char err[128];
+    resumes_heard = 0;
+    RPERF_CHECK_EQ(rperf_engine_start(&cfg, &caller, err, sizeof(err)), 0);
+    RPERF_CHECK_EQ(resumes_heard, 0);          /* the caller is outside a block */
+    depth = 3;
+    rperf_thread_t *pt = rperf_thread_new(RPERF_THREAD_CREATED);
+    rperf_ev_resumed(pt);
+    RPERF_CHECK_EQ(resumes_heard, 0);
+    rperf_engine_tick_sigsafe();               /* nobody inside: no tick */
+    rperf_stats_t st;
+    rperf_engine_stats(&st);
+    RPERF_CHECK_EQ(st.trigger_count, 0);
+    let_ns_pass(3000000);                      /* 3 ms outside */
+    rperf_sample_job(pt);
+    int64_t began = rperf__mono_ns();
+    rperf_thread_profile_begin(pt);
+    RPERF_CHECK_EQ(resumes_heard, 1);          /* attached as a holder */
+    RPERF_CHECK_EQ(rperf_engine_profiled_threads(), 1);
+    let_ns_pass(2000000);                      /* 2 ms inside */
+    rperf_engine_tick_sigsafe();
+    rperf_sample_job(pt);
+    int64_t sampled = rperf__mono_ns();
+    let_ns_pass(1000000);                      /* a tail after the last sample */
+    rperf_thread_profile_end(pt);
+    RPERF_CHECK_EQ(rperf_engine_profiled_threads(), 0);
+    rperf_ev_suspended(pt);
+    rperf_ev_resumed(pt);
+    RPERF_CHECK_EQ(resumes_heard, 1);          /* outside again: not heard */
+    let_ns_pass(3000000);
+    rperf_engine_stats(&st);
+    RPERF_CHECK_EQ(st.trigger_count, 1);
+    gvl_sums_t g = exit_stop_and_sum(pt);
+    RPERF_CHECK(g.normal >= 2000000);
+    RPERF_CHECK(g.normal <= sampled - began);  /* nothing before, no tail */
+    RPERF_CHECK_EQ(g.blocked + g.wait, 0);
+}
+
 int main(void)
 {
     rperf_engine_init(&host);
@@ -1123,5 +1176,6 @@ int main(void)
                      RPERF_CASE(gc_steps_are_recorded_once_their_sum_passes_an_interval),
                      RPERF_CASE(a_late_job_leaves_the_mean_head_unless_its_start_is_exact),
                      RPERF_CASE(a_job_for_ticks_before_the_resumed_samples_nothing),
-                     RPERF_CASE(a_slow_resume_is_the_wait_of_the_call_that_released_the_gvl));
+                     RPERF_CASE(a_slow_resume_is_the_wait_of_the_call_that_released_the_gvl),
+                     RPERF_CASE(a_deferred_run_samples_only_inside_profile_blocks));
 }

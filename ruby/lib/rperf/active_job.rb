@@ -16,9 +16,10 @@
 #
 # The job runs exactly as it would without it: perform's return value and
 # exceptions pass through unchanged, and the thread's previous labels come
-# back after the job (Rperf.label with a block). When the profiler is not
-# running Rperf.label changes nothing and just runs the job. It only calls
-# Rperf.label, so it works in any Ractor.
+# back after the job. The job is a profile block (Rperf.profile): a run
+# started with `defer: true` samples only jobs. When the profiler is not
+# running Rperf.profile changes nothing and just runs the job. It only
+# calls Rperf.profile, so it works in any Ractor.
 #
 # ActiveJob itself is not required: this file loads without the gem (the
 # module uses no ActiveSupport::Concern, only Ruby's own include hooks).
@@ -35,7 +36,7 @@ module Rperf
     # The around_perform callback; ActiveSupport runs it with the job and
     # the rest of the chain. Shareable, so any Ractor may read it.
     AROUND_PERFORM = Ractor.make_shareable(proc do |job, block|
-      Rperf.label(job: job.class.name, queue: job.queue_name) { block.call }
+      Rperf.profile(job: job.class.name, queue: job.queue_name) { block.call }
     end)
 
     # Checked before the module joins the class's ancestors, so a refused

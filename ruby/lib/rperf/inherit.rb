@@ -44,6 +44,7 @@ module Rperf
       env["RPERF_AGGREGATE"] = "0" unless o[:aggregate]
       env["RPERF_SIGNAL"] = o[:signal].to_s if o[:signal].is_a?(Integer)
       env["RPERF_ALLOW_SIGNAL"] = "1" if o[:allow_signal]
+      env["RPERF_DEFER"] = "1" if o[:defer]
       @run[:saved_env] = env.keys.to_h { |k| [k, ENV[k]] }
       ENV.update(env)
     end
@@ -113,7 +114,7 @@ module Rperf
     # children (inherit: true).
     SPAWN_KEYS = %w[RPERF_ENABLED RPERF_MODE RPERF_FREQUENCY RPERF_OUTPUT RPERF_FORMAT RPERF_SIGNAL
                     RPERF_ALLOW_SIGNAL RPERF_BACKEND RPERF_AGGREGATE RPERF_STAT RPERF_VERBOSE
-                    RPERF_STAT_COMMAND RPERF_STAT_REPORT RPERF_CHILD_DIR RPERF_INHERIT RUBYOPT RUBYLIB].freeze
+                    RPERF_STAT_COMMAND RPERF_STAT_REPORT RPERF_CHILD_DIR RPERF_INHERIT RPERF_DEFER RUBYOPT RUBYLIB].freeze
 
     # -> [[pid, Rperf::Report::Profile]] of the children's profiles in
     # `dir`, oldest first.

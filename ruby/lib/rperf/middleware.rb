@@ -28,8 +28,10 @@
 # A callable (a Proc, or any object with #call(env)) returns the label
 # value; nil leaves the request without that label.
 #
-# It only calls Rperf.label, so it works in any Ractor (e.g. Ractor-based
-# worker pools) and does nothing when the profiler is not running. A
+# Each request is a profile block (Rperf.profile): with a run started with
+# `defer: true` only requests are sampled. It only labels and marks the
+# request's thread, so it works in any Ractor (e.g. Ractor-based worker
+# pools) and does nothing when the profiler is not running. A
 # middleware built inside each worker Ractor may use any Proc. One shared
 # between Ractors must be shareable (`Ractor.make_shareable(middleware)`),
 # hence its app and its callable too: a module with `def self.call(env)`,
@@ -99,11 +101,17 @@ module Rperf
     # String or Hash once the label set exists); a callable label, or an
     # env the C path cannot read exactly as Ruby would, is labelled here,
     # with the same result.
+    #
+    # The request is a profile block too (Rperf.profile): a run started with
+    # defer: true samples only requests. Its end comes before the labels
+    # are restored.
     def call(env)
       prev = (@builtin && Rperf._c_label_request(@label_key, env, @normalized)) || label_request(env)
+      Rperf._c_profile_enter
       begin
         @app.call(env)
       ensure
+        Rperf._c_profile_leave
         Rperf._c_set_label(prev)
       end
     end

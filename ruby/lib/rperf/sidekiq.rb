@@ -14,9 +14,10 @@
 #
 # The job runs exactly as it would without the middleware: its return
 # value and exceptions pass through unchanged, and the thread's previous
-# labels come back after it (Rperf.label with a block). When the profiler
-# is not running Rperf.label changes nothing and just runs the job. It
-# only calls Rperf.label, so it works in any Ractor, and it holds no state,
+# labels come back after it. The job is a profile block (Rperf.profile):
+# a run started with `defer: true` samples only jobs. When the profiler is
+# not running Rperf.profile changes nothing and just runs the job. It only
+# calls Rperf.profile, so it works in any Ractor, and it holds no state,
 # so one instance may serve every thread.
 #
 # Sidekiq itself is not required: this file loads without the gem, and
@@ -33,7 +34,7 @@ module Rperf
     # `queue` is the queue's name (Sidekiq passes a String). A nil class or
     # queue removes that label for the job (an outer one included).
     def call(_job_instance, job, queue)
-      Rperf.label(job: self.class.job_name(job), queue: queue) { yield }
+      Rperf.profile(job: self.class.job_name(job), queue: queue) { yield }
     end
 
     # The job's class name: the wrapped class for an ActiveJob job, else
