@@ -77,6 +77,10 @@ typedef struct rperf_host {
     /* GVL held, main Ractor: the READY time the host keeps on the Ruby
      * thread `ref` (rperf_ev_ready_at), 0 if none. Optional. */
     int64_t (*thread_ready_at)(uintptr_t ref);
+    /* worker: called at every wake of the aggregation worker while a run
+     * goes (at least every 1.6 s), for the host's periodic work; no Ruby
+     * API besides thread-safe triggers. Optional. */
+    void (*worker_poll)(void);
 } rperf_host_t;
 
 typedef struct rperf_config {

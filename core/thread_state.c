@@ -746,6 +746,7 @@ static bool gap_passed(rperf_thread_t *pt, int64_t *left, int64_t w)
 static void resume_wall(rperf_thread_t *pt, int64_t mono)
 {
     if (pt->susp_wall <= 0) return;
+    if (pt->muted) return;               /* outside profile blocks: nothing to record */
     bool slept;
     int64_t b0 = pt->pend_blocked, w0 = pt->pend_wait;
     add_off_gvl(pt, ready_since_suspended(pt, &nt_tls, mono, &slept), mono);
@@ -957,6 +958,10 @@ void rperf_ev_gc(int ev)
     }
     /* GC_EXIT */
     if (pt->gc_enter_wall <= 0) return;
+    if (pt->muted) {                     /* outside profile blocks */
+        pt->gc_enter_wall = 0;
+        return;
+    }
     int64_t mono = rperf__mono_ns();
     int64_t w = mono - pt->gc_enter_wall;
     pt->gc_enter_wall = 0;

@@ -146,6 +146,7 @@ static void *worker_main(void *arg)
             deadline_in(&full_at, wait_ms);
         }
         ck_epoch_poll(&rperf__epoch_worker);
+        if (rperf__engine.host.worker_poll) rperf__engine.host.worker_poll();
         pthread_mutex_lock(&mu);
         if (stop_req || pause_req) continue;
         if (!atomic_exchange(&wake_flag, 0)) {

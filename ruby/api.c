@@ -105,6 +105,7 @@ static const rb_data_type_t profiler_type = {
 static void fork_reset_if_needed(void)
 {
     if (!rperf_engine_needs_fork_reset()) return;
+    rperf_rb_child_windows_off();   /* the parent's: a restart sets its own */
     rperf_rb_window_forget();    /* the parent's other threads are gone here */
     rperf_rb_hooks_after_fork_child();
     rperf_engine_fork_reset();
@@ -255,6 +256,7 @@ static VALUE release(VALUE unused)
 static bool stop_engine_locked(void)
 {
     if (!rperf_engine_running()) return false;
+    rperf_rb_child_windows_off();
     rperf_rb_window_meet_parked();
     rperf_engine_stop();
     rperf_rb_window_forget();
@@ -445,6 +447,32 @@ static VALUE build_snapshot(VALUE unused)
 {
     (void)unused;
     return rperf_rb_build_result(false);
+}
+
+static VALUE build_snapshot_protected(VALUE unused)
+{
+    int state = 0;
+    VALUE data = rb_protect(build_snapshot, unused, &state);
+    if (state) rb_set_errinfo(Qnil);
+    return state ? Qnil : data;
+}
+
+/* GVL held, main Ractor, from a postponed job (child_windows.c): the run's
+ * window so far, cleared as by snapshot(clear: true). Qundef when a
+ * start, stop or snapshot is in progress (the job tries again later); nil
+ * when not running, not aggregating, or the result could not be built.
+ * Calls no Ruby method and raises nothing. */
+VALUE rperf_rb_window_take(void)
+{
+    int free_now = 0;
+    if (rperf_engine_needs_fork_reset()) return Qnil;   /* a fork child's job: the parent's window */
+    if (!atomic_compare_exchange_strong(&lifecycle_busy, &free_now, 1)) return Qundef;
+    if (!rperf_engine_running() || !rperf_engine_config()->aggregate) return lifecycle_unlock(Qnil);
+    rperf_rb_window_meet_parked();
+    rperf_engine_pause();
+    VALUE data = build_snapshot_protected(Qnil);
+    resume_clear(Qtrue);   /* unlocks */
+    return data;
 }
 
 /* Rperf.snapshot(clear: false) -> the aggregated data so far (nil when not

@@ -44,6 +44,7 @@ const rperf_host_t rperf_rb_host = {
     .trigger_register = trigger_register,
     .capture_thread = rperf_rb_capture_thread,
     .thread_ready_at = rperf_rb_thread_ready_at,
+    .worker_poll = rperf_rb_child_windows_poll,
 };
 
 /* Any native thread, no Ruby API besides the thread-specific slot: the

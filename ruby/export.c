@@ -62,6 +62,7 @@
 
 void rperf_rb_exporters_init(VALUE mRperf);
 VALUE rperf_rb_export_engine_file(VALUE name, VALUE path, VALUE data);
+VALUE rperf_rb_export_file_holding_gvl(VALUE name, VALUE data, VALUE path);
 
 /* ---- arena: stable pointers for phase-1 strings ---------------------------- */
 
@@ -631,7 +632,10 @@ run_phase3(conv_t *c, VALUE path)
 {
     if (!c->path)
         c->str = rb_str_new(NULL, 0);
-    rb_thread_call_without_gvl(run_export_nogvl, c, NULL, NULL);
+    if (c->keep_gvl)
+        run_export_nogvl(c); /* no interrupt check: nothing else runs here */
+    else
+        rb_thread_call_without_gvl(run_export_nogvl, c, NULL, NULL);
     if (c->rc)
         raise_export_error(c);
     if (c->path)
@@ -711,15 +715,31 @@ export_ensure(VALUE arg)
 }
 
 static VALUE
-run_export(VALUE name, VALUE data, VALUE path, VALUE opts, int from_engine)
+run_export_in(VALUE name, VALUE data, VALUE path, VALUE opts, int from_engine, int keep_gvl)
 {
     conv_t c;
     memset(&c, 0, sizeof c);
     c.str = Qnil;
+    c.keep_gvl = keep_gvl;
     call_t a = {&c, name, data, path, opts, from_engine};
     VALUE r = rb_ensure(export_body, (VALUE)&a, export_ensure, (VALUE)&a);
     RB_GC_GUARD(c.str);
     return r;
+}
+
+static VALUE
+run_export(VALUE name, VALUE data, VALUE path, VALUE opts, int from_engine)
+{
+    return run_export_in(name, data, path, opts, from_engine, 0);
+}
+
+/* A result Hash written to path (atomically) by a C exporter, holding the
+ * GVL throughout: from a postponed job, where releasing it would check
+ * interrupts (and deliver another thread's Thread#raise into the job). */
+VALUE
+rperf_rb_export_file_holding_gvl(VALUE name, VALUE data, VALUE path)
+{
+    return run_export_in(name, data, path, Qnil, 0, 1);
 }
 
 /* Rperf._encode(name, data, opts = nil) -> String. Uncompressed. */

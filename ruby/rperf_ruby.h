@@ -74,6 +74,15 @@ void rperf_rb_api_init(VALUE mRperf);
 /* Before exec, GVL held, any Ractor: stop the run (exec.c) */
 bool rperf_rb_stop_for_exec(void);
 
+/* GVL held, main Ractor, postponed job: the window so far, cleared (nil:
+ * nothing; Qundef: a lifecycle call is in progress). Never raises. */
+VALUE rperf_rb_window_take(void);
+
+/* child_windows.c: an inherited child's windows, written periodically */
+void rperf_rb_child_windows_init(VALUE mRperf);
+void rperf_rb_child_windows_poll(void);   /* worker context */
+void rperf_rb_child_windows_off(void);    /* GVL held: the run ends, or fork */
+
 /* exec.c */
 void rperf_rb_exec_init(void);
 
@@ -88,6 +97,9 @@ void rperf_rb_exporters_init(VALUE mRperf);
 /* GVL held, engine stopped, results held: write `data`'s profile to path
  * with the C exporter `name`, calling no Ruby method (raises on failure) */
 VALUE rperf_rb_export_engine_file(VALUE name, VALUE path, VALUE data);
+/* GVL held throughout (a postponed job): data written to path by exporter
+ * `name`, atomically. Raises on failure. */
+VALUE rperf_rb_export_file_holding_gvl(VALUE name, VALUE data, VALUE path);
 
 /* decode.c (the pprof reader: Rperf._decode_pprof) */
 void rperf_rb_decode_init(VALUE mRperf);

@@ -30,6 +30,12 @@ module Rperf
   # them in ENV meanwhile).
   INHERIT_VALUES = [:fork, true, false].freeze
   DEFAULT_INHERIT = :fork
+  # How often a child of such a run writes its window (docs/servers.md):
+  # the root's snapshots hold a running child up to this many seconds late.
+  CHILD_WINDOW_SECONDS = begin
+    s = Float(ENV.fetch("RPERF_WINDOW_SECONDS", "5"), exception: false)
+    s&.positive? ? s : 5.0
+  end
   MAX_FREQUENCY = 10_000
   # New label sets per snapshot window; past it, label applications fold
   # into the set {rperf_label_overflow: true} (result: label_sets_overflowed).
@@ -175,10 +181,10 @@ module Rperf
     # a fork child). `opts`: Rperf.start's options from the environment. A
     # process started after the command has exited (the directory is gone)
     # is not profiled.
-    def __start_child_run(dir, opts, stat_base = nil)
+    def __start_child_run(dir, opts, stat_base = nil, windows: ENV["RPERF_CHILD_WINDOWS"] == "1")
       return unless File.directory?(dir)
 
-      @child_run = [dir, opts]
+      @child_run = [dir, opts, windows]
       # A program this process exec'd into profiles as the same pid: the
       # profile its predecessor wrote at the exec keeps its name.
       base = File.join(dir, Process.pid.to_s)
@@ -188,6 +194,9 @@ module Rperf
       stat_base ||= stat_counters.slice(*STAT_SINCE_EXEC).compact if n.positive?
       start(**opts.merge(output: "#{base}.pb.gz", exporter: :pprof, stat: false))
       _c_exit_output("#{base}.pb.gz", "pprof", true) if @run[:aggregate]
+      # a child of Rperf.start(inherit:) writes its windows as it goes, so
+      # that the root's snapshots hold it while it runs (child_windows.c)
+      _c_child_windows(base, CHILD_WINDOW_SECONDS) if windows && @run[:aggregate]
       @run[:child_stats] = "#{base}.stat.json"
       @run[:stat_base] = stat_base
       nil
@@ -202,15 +211,15 @@ module Rperf
       return nil unless @run[:inherit] == :fork || @run[:inherit] == true
 
       @run[:inherit_dir] ||= __make_inherit_dir
-      [@run[:inherit_dir], @run[:start_opts]]
+      [@run[:inherit_dir], @run[:start_opts], true]
     end
 
     # In a fork child (ForkHook): the inherited run was dropped; start the
     # command's run again for this process. GC and allocation counts are
     # the parent's at this point: the child reports what it adds to them.
     def __restart_child_run(child_run)
-      dir, opts = child_run
-      __start_child_run(dir, opts, stat_counters.slice(*STAT_SINCE_FORK))
+      dir, opts, windows = child_run
+      __start_child_run(dir, opts, stat_counters.slice(*STAT_SINCE_FORK), windows: windows)
       @run[:yields_to_start] = true if @run
     rescue StandardError => e
       warn "rperf: could not profile forked process #{Process.pid}: #{e.message}"
@@ -227,6 +236,9 @@ module Rperf
       lines << stat_line(fmt_ms(c["real_ms"]), "ms", "real")
       samples = data[:aggregated_samples] || []
       total = samples.sum { |s| s[1] }
+      # a process tree (inherit:, the rperf command's forks and spawns)
+      processes = c["processes"] || data[:process_count] || 1
+      lines << "" << format("%14d     [Rperf] Ruby processes profiled", processes) if processes > 1
       if total.positive?
         by = Hash.new(0)
         samples.each do |frames, w|
@@ -440,6 +452,8 @@ module Rperf
       real = Process.clock_gettime(Process::CLOCK_MONOTONIC) - run[:started_at]
       t = Process.times
       c = stat_counters(data).merge("user_ms" => t.utime * 1000, "sys_ms" => t.stime * 1000, "real_ms" => real * 1000)
+      # children merged in: their threads too
+      c["threads"] = data[:threads].size if data[:process_count].to_i > 1 && data[:threads]
       warn(*__stat_lines(ENV["RPERF_STAT_COMMAND"] || "(unknown)", c, data,
                          report: ENV["RPERF_STAT_REPORT"] == "1"))
     end

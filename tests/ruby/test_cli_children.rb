@@ -129,6 +129,7 @@ class TestCLIChildren < Test::Unit::TestCase
     assert_equal(5, st.exitstatus, err)
     assert_equal(1, err.scan("Performance stats for 'ruby cmd.rb'").size, "one block for the run:\n#{err}")
     assert_match(/^ +4     \[Ruby\] detected threads$/, err, "one main thread in each of the 4 processes")
+    assert_match(/^ +4     \[Rperf\] Ruby processes profiled$/, err)
     %w[rperf_parent_work rperf_fork_work rperf_forked_again_work rperf_spawned_work].each do |fn|
       assert_match(/^ Cumulative:.*Object##{fn} /m, err)
     end

@@ -555,7 +555,8 @@ module Rperf
       return if s.subcommand == "record"
 
       t = Process.times # the command and every descendant it waited for
-      c = stats.merge("user_ms" => t.cutime * 1000, "sys_ms" => t.cstime * 1000, "real_ms" => real * 1000)
+      c = stats.merge("user_ms" => t.cutime * 1000, "sys_ms" => t.cstime * 1000, "real_ms" => real * 1000,
+                      "processes" => parts.map(&:first).uniq.size)
       @err.puts library.__stat_lines(cmd.join(" "), c, data, report: s.report)
     end
 

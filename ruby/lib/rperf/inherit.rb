@@ -6,14 +6,15 @@
 # directory in Dir.tmpdir (rperf-run-<root pid>-<random>, mode 0700, the
 # name the rperf command uses, so a root killed before it cleaned up is
 # removed by the next command's run); each forked child (and its own forks)
-# starts the run again and writes its profile there as <pid>.pb.gz when it
-# stops or exits (ruby/lib/rperf.rb, __start_child_run). The root's stop
-# (and its exit) merges the profiles of the children that have written
-# theirs into its result, each child's samples labelled `pid` => its pid
+# starts the run again and writes its profile there: a window every
+# CHILD_WINDOW_SECONDS while it runs (<pid>.w<n>.pb.gz, ruby/child_windows.c)
+# and the rest as <pid>.pb.gz when it stops or exits (ruby/lib/rperf.rb,
+# __start_child_run). The root's stop (and its exit) merges every part
+# written into its result, each child's samples labelled `pid` => its pid
 # (the root's own samples carry no pid label, as without children), with
 # `process_count`, and removes the directory; its snapshots merge them too
-# (a clear consumes them). A child still running then
-# has nowhere to write: it says so on stderr at its end.
+# (a clear consumes them). A child still running at the root's stop
+# loses what it has not written yet: it says so on stderr at its end.
 
 require "rperf/run_dir"
 
@@ -45,6 +46,7 @@ module Rperf
       env["RPERF_SIGNAL"] = o[:signal].to_s if o[:signal].is_a?(Integer)
       env["RPERF_ALLOW_SIGNAL"] = "1" if o[:allow_signal]
       env["RPERF_DEFER"] = "1" if o[:defer]
+      env["RPERF_CHILD_WINDOWS"] = "1"
       @run[:saved_env] = env.keys.to_h { |k| [k, ENV[k]] }
       ENV.update(env)
     end
@@ -73,8 +75,7 @@ module Rperf
     # and left out. With remove: the directory goes afterwards.
     def __merge_children(data, dir, remove: false, read: [])
       parts = __child_profiles(dir, read)
-      data = data.merge(process_count: 1 + parts.size)
-      return data if parts.empty?
+      return data.merge(process_count: 1) if parts.empty?
 
       # this process's label set ids stay as they are; children's sets are
       # added after them (or found among them)
@@ -83,26 +84,32 @@ module Rperf
       list.each_with_index { |h, i| sets[h] ||= i }
       samples = data[:aggregated_samples].dup
       threads = (data[:threads] || []).dup
-      offset = threads.map { |t| t[:thread_seq] }.max || 0
+      # A process's parts (its windows and its last part) share its thread
+      # numbers: one offset per pid, its threads listed once.
+      offsets = __pid_offsets(parts, threads.map { |t| t[:thread_seq] }.max || 0)
+      seen = {}
       parts.each do |pid, prof|
         d = prof.data
+        offset = offsets[pid]
         ids = (d[:label_sets].empty? ? [{}] : d[:label_sets]).map do |h|
           key = { PID_KEY => pid, **h.except(PID_KEY) }
           sets[key] ||= (list << key).size - 1
         end
-        top = 0
         d[:aggregated_samples].each do |frames, w, seq, set|
           seq ||= 0
-          top = seq if seq > top
           samples << [frames.map { |f| [f[0], f[1]] }, w, seq.positive? ? seq + offset : 0, ids[set || 0]]
         end
         d[:threads].each do |t|
-          top = t[:thread_seq] if t[:thread_seq] > top
-          threads << t.merge(thread_seq: t[:thread_seq] + offset)
+          seq = t[:thread_seq] + offset
+          if seen.key?(seq) then threads[seen[seq]] = t.merge(thread_seq: seq)
+          else
+            seen[seq] = threads.size
+            threads << t.merge(thread_seq: seq)
+          end
         end
-        offset += top
       end
-      data.merge(aggregated_samples: samples, label_sets: list, threads: threads)
+      data.merge(process_count: 1 + offsets.size, aggregated_samples: samples, label_sets: list,
+                 threads: threads)
     ensure
       __remove_inherit_dir(dir) if remove
     end
@@ -114,13 +121,33 @@ module Rperf
     # children (inherit: true).
     SPAWN_KEYS = %w[RPERF_ENABLED RPERF_MODE RPERF_FREQUENCY RPERF_OUTPUT RPERF_FORMAT RPERF_SIGNAL
                     RPERF_ALLOW_SIGNAL RPERF_BACKEND RPERF_AGGREGATE RPERF_STAT RPERF_VERBOSE
-                    RPERF_STAT_COMMAND RPERF_STAT_REPORT RPERF_CHILD_DIR RPERF_INHERIT RPERF_DEFER RUBYOPT RUBYLIB].freeze
+                    RPERF_STAT_COMMAND RPERF_STAT_REPORT RPERF_CHILD_DIR RPERF_INHERIT RPERF_DEFER RPERF_CHILD_WINDOWS RUBYOPT RUBYLIB].freeze
+
+    # {pid => thread_seq offset}: each process's threads numbered after
+    # those of the processes before it (and this one's, up to `base`).
+    def __pid_offsets(parts, base)
+      top = Hash.new(0)
+      parts.each do |pid, prof|
+        d = prof.data
+        seqs = d[:aggregated_samples].map { |s| s[2] || 0 } + d[:threads].map { |t| t[:thread_seq] }
+        top[pid] = [top[pid], seqs.max || 0].max
+      end
+      top.each_with_object({}) do |(pid, n), h|
+        h[pid] = base
+        base += n
+      end
+    end
+
+    # Profiles a child writes: <pid>.pb.gz at its end (<pid>.<n>.pb.gz: the
+    # n-th program it exec'd into) and <pid>[.<n>].w<k>.pb.gz, its k-th
+    # window while it runs (ruby/child_windows.c).
+    CHILD_PART = /\A\d+(\.\d+)?(\.w\d+)?\.pb\.gz\z/
 
     # -> [[pid, Rperf::Report::Profile]] of the children's profiles in
     # `dir`, oldest first.
     def __child_profiles(dir, read = [])
       require "rperf/report"
-      names = Dir.children(dir).grep(/\A\d+(\.\d+)?\.pb\.gz\z/)
+      names = Dir.children(dir).grep(CHILD_PART)
       names.filter_map do |name|
         path = File.join(dir, name)
         prof = Rperf::Report.load(path)

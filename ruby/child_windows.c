@@ -1,0 +1,141 @@
+/*
+ * child_windows.c — the windows of a forked child's inherited run
+ * (Rperf.start(inherit: :fork or true)): every few seconds the child takes
+ * its window so far (as snapshot(clear: true)) and writes it into the
+ * run's directory as <base>.w<n>.pb.gz, so that the root's snapshots hold
+ * the children that are still running (up to one interval late), and a
+ * child killed with SIGKILL loses only its current window. The part since
+ * the last window is written at the child's stop or exit as <base>.pb.gz,
+ * as before (ruby/lib/rperf.rb, __start_child_run); the root merges every
+ * part of a pid as one process (ruby/lib/rperf/inherit.rb).
+ *
+ * The aggregation worker's wake-ups (at least every 1.6 s) time it
+ * (rperf_rb_child_windows_poll) and request a postponed job; the job takes
+ * the window and writes it holding the GVL, calling no Ruby method (the
+ * pprof exporter in C; a label value that is neither a String nor a
+ * Symbol is converted with its to_s, as for any export). A window that is
+ * due while a start, stop or snapshot is in progress is taken at the next
+ * wake-up. A window with no sample writes nothing. A failure to write is
+ * reported once on stderr; the window's samples are then lost, the run
+ * goes on.
+ *
+ * Contexts: poll runs on the worker thread (no Ruby API: an atomic flag
+ * and rb_postponed_job_trigger, which is thread-safe); the job runs with
+ * the main Ractor's GVL held, at a safepoint of whatever thread runs
+ * there; the module functions and off() with the GVL held.
+ */
+#include "rperf_ruby.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <time.h>
+#include <unistd.h>
+
+static rb_postponed_job_handle_t job_handle = POSTPONED_JOB_HANDLE_INVALID;
+static VALUE base = Qnil;             /* "<dir>/<pid>" (frozen), nil: off */
+static _Atomic int on;
+static _Atomic int pending;           /* a job was requested, not run yet */
+static _Atomic int64_t interval_ns;
+static _Atomic int64_t last_ns;       /* when the last window was taken */
+static long seq;                      /* windows written (GVL) */
+static bool warned;
+
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+void rperf_rb_child_windows_poll(void)
+{
+    if (!atomic_load_explicit(&on, memory_order_acquire)) return;
+    int64_t now = mono_ns();
+    if (now - atomic_load_explicit(&last_ns, memory_order_relaxed) <
+        atomic_load_explicit(&interval_ns, memory_order_relaxed))
+        return;
+    if (atomic_exchange(&pending, 1)) return;
+    rb_postponed_job_trigger(job_handle);
+}
+
+static bool has_samples(VALUE data)
+{
+    if (!RB_TYPE_P(data, T_HASH)) return false;
+    VALUE s = rb_hash_lookup2(data, ID2SYM(rb_intern("aggregated_samples")), Qnil);
+    return RB_TYPE_P(s, T_ARRAY) && RARRAY_LEN(s) > 0;
+}
+
+static VALUE write_window(VALUE arg)
+{
+    VALUE *a = (VALUE *)arg;
+    return rperf_rb_export_file_holding_gvl(rb_str_new_cstr("pprof"), a[0], a[1]);
+}
+
+static void window_job(void *unused)
+{
+    (void)unused;
+    if (!atomic_load(&on) || NIL_P(base)) {
+        atomic_store(&pending, 0);
+        return;
+    }
+    VALUE data = rperf_rb_window_take();
+    if (data == Qundef) {                 /* busy: the next wake-up asks again */
+        atomic_store(&pending, 0);
+        return;
+    }
+    atomic_store(&last_ns, mono_ns());
+    atomic_store(&pending, 0);
+    if (!has_samples(data)) return;
+    char name[32];
+    snprintf(name, sizeof name, ".w%ld.pb.gz", ++seq);
+    VALUE path = rb_str_plus(base, rb_str_new_cstr(name));
+    VALUE args[2] = { data, path };
+    int state = 0;
+    rb_protect(write_window, (VALUE)args, &state);
+    if (state) {
+        VALUE err = rb_errinfo();
+        rb_set_errinfo(Qnil);
+        if (!warned) {
+            warned = true;
+            VALUE msg = rb_obj_is_kind_of(err, rb_eException) ? rb_attr_get(err, rb_intern("mesg")) : Qnil;
+            fprintf(stderr, "rperf: process %ld could not write its profile window: %s\n",
+                    (long)getpid(), RB_TYPE_P(msg, T_STRING) ? StringValueCStr(msg) : "error");
+        }
+    }
+    RB_GC_GUARD(data);
+    RB_GC_GUARD(path);
+}
+
+/* _c_child_windows(base, seconds): the run going is an inherited child's;
+ * write its windows as base + ".w<n>.pb.gz" every `seconds`. */
+static VALUE c_child_windows(VALUE self, VALUE path, VALUE seconds)
+{
+    (void)self;
+    FilePathValue(path);
+    double s = NUM2DBL(seconds);
+    if (!(s > 0)) rb_raise(rb_eArgError, "the window interval must be positive");
+    if (!rperf_engine_running()) return Qnil;
+    base = rb_str_new_frozen(path);
+    seq = 0;
+    warned = false;
+    atomic_store(&interval_ns, (int64_t)(s * 1e9));
+    atomic_store(&last_ns, mono_ns());
+    atomic_store(&pending, 0);
+    atomic_store_explicit(&on, 1, memory_order_release);
+    return Qnil;
+}
+
+void rperf_rb_child_windows_off(void)
+{
+    atomic_store(&on, 0);
+    atomic_store(&pending, 0);
+    base = Qnil;
+}
+
+void rperf_rb_child_windows_init(VALUE m)
+{
+    rb_gc_register_address(&base);
+    job_handle = rb_postponed_job_preregister(0, window_job, NULL);
+    if (job_handle == POSTPONED_JOB_HANDLE_INVALID) rb_raise(rb_eLoadError, "rperf: no free postponed-job slot");
+    rb_define_module_function(m, "_c_child_windows", c_child_windows, 2);
+}
