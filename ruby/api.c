@@ -43,6 +43,9 @@ static VALUE exit_output = Qnil;
 /* The run made its directory for forked children (_c_children_dir_made):
  * snapshots merge what they wrote. */
 static bool run_has_children;
+/* Rperf::Window readers are open (window.rb): a clearing snapshot hands
+ * them the window it ends (__finish_snapshot). */
+static bool window_readers;
 static rb_ractor_local_key_t main_key;   /* set in the main Ractor only */
 
 static void require_main_ractor(const char *what)
@@ -502,7 +505,8 @@ static VALUE c_snapshot(int argc, VALUE *argv, VALUE self)
     VALUE data = rb_ensure(build_snapshot, Qnil, resume_clear, clear);
     /* forked children's profiles join it (ruby/lib/rperf/inherit.rb); a
      * run without children calls no Ruby method here */
-    if (run_has_children) return rb_funcall(rperf_rb_mRperf, rb_intern("__finish_snapshot"), 2, data, clear);
+    if (run_has_children || (window_readers && RTEST(clear)))
+        return rb_funcall(rperf_rb_mRperf, rb_intern("__finish_snapshot"), 2, data, clear);
     return data;
 }
 
@@ -529,6 +533,14 @@ static VALUE c_children_dir_made(VALUE self)
     /* finished at exit even without an output: the children's directory
      * is removed there (__finish_stop) */
     if (run_has_children) finish_at_exit = 1;
+    return Qnil;
+}
+
+/* _c_window_readers(bool): Rperf::Window readers are open or not. */
+static VALUE c_window_readers(VALUE self, VALUE on)
+{
+    (void)self;
+    window_readers = RTEST(on);
     return Qnil;
 }
 
@@ -589,6 +601,7 @@ void rperf_rb_api_init(VALUE m)
     rb_define_module_function(m, "running?", c_running_p, 0);
     rb_define_module_function(m, "_c_exit_output", c_exit_output, 3);
     rb_define_module_function(m, "_c_main_mn", c_main_mn, 0);
+    rb_define_module_function(m, "_c_window_readers", c_window_readers, 1);
     rb_define_module_function(m, "_c_children_dir_made", c_children_dir_made, 0);
     rb_define_module_function(m, "_c_backends", c_backends, 0);
     rb_define_module_function(m, "_c_after_fork_child", c_after_fork_child, 0);

@@ -10,22 +10,29 @@
  * part of a pid as one process (ruby/lib/rperf/inherit.rb).
  *
  * The aggregation worker's wake-ups (at least every 1.6 s) time it
- * (rperf_rb_child_windows_poll) and request a postponed job; the job takes
- * the window and writes it holding the GVL, calling no Ruby method (the
- * pprof exporter in C; a label value that is neither a String nor a
- * Symbol is converted with its to_s, as for any export). A window that is
- * due while a start, stop or snapshot is in progress is taken at the next
- * wake-up. A window with no sample writes nothing. A failure to write is
- * reported once on stderr; the window's samples are then lost, the run
- * goes on.
+ * (rperf_rb_child_windows_poll) and request a postponed job. The job takes
+ * the window and converts it for the C pprof exporter holding the GVL
+ * (releasing it there would check interrupts and could deliver another
+ * thread's Thread#raise into the job), calling no Ruby method (a label
+ * value that is neither a String nor a Symbol is converted with its to_s,
+ * as for any export); the encoding, compression and write, most of the
+ * cost, run on a writer thread of their own without the GVL. A window
+ * that is due while a start, stop or snapshot is in progress, or while the
+ * previous window is still being written, is taken at the next wake-up.
+ * A window with no sample writes nothing. The run's stop (and exit) waits
+ * for the writer, so the last window is on disk before the final part. A
+ * failure to write is reported once on stderr; that window's samples are
+ * lost, the run goes on.
  *
- * Contexts: poll runs on the worker thread (no Ruby API: an atomic flag
- * and rb_postponed_job_trigger, which is thread-safe); the job runs with
- * the main Ractor's GVL held, at a safepoint of whatever thread runs
- * there; the module functions and off() with the GVL held.
+ * Contexts: poll runs on the worker thread (no Ruby API: atomics and
+ * rb_postponed_job_trigger, which is thread-safe); the job runs with the
+ * main Ractor's GVL held, at a safepoint of whatever thread runs there;
+ * write_main on the writer thread (no Ruby API); the module functions and
+ * off() with the GVL held.
  */
 #include "rperf_ruby.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <time.h>
@@ -38,7 +45,12 @@ static _Atomic int pending;           /* a job was requested, not run yet */
 static _Atomic int64_t interval_ns;
 static _Atomic int64_t last_ns;       /* when the last window was taken */
 static long seq;                      /* windows written (GVL) */
-static bool warned;
+static _Atomic int warned;
+/* the writer thread of the last window (joined before the next one and at
+ * off()); made by process writer_pid: a fork child has no such thread */
+static pthread_t writer;
+static pid_t writer_pid;
+static _Atomic int writing;
 
 static int64_t mono_ns(void)
 {
@@ -65,16 +77,38 @@ static bool has_samples(VALUE data)
     return RB_TYPE_P(s, T_ARRAY) && RARRAY_LEN(s) > 0;
 }
 
-static VALUE write_window(VALUE arg)
+static VALUE prepare_window(VALUE arg)
 {
     VALUE *a = (VALUE *)arg;
-    return rperf_rb_export_file_holding_gvl(rb_str_new_cstr("pprof"), a[0], a[1]);
+    return (VALUE)rperf_rb_export_detached_prepare(rb_str_new_cstr("pprof"), a[0], a[1]);
+}
+
+static void *write_main(void *handle)
+{
+    char err[256] = "";
+    int rc = rperf_rb_export_detached_finish(handle, err, sizeof err);
+    if (rc && !atomic_exchange(&warned, 1))
+        fprintf(stderr, "rperf: process %ld could not write its profile window: %s\n", (long)getpid(),
+                err[0] ? err : "error");
+    atomic_store(&writing, 0);
+    return NULL;
+}
+
+/* GVL held: the last window's writer is done (joined), if this process
+ * made it. With `wait` false, only if it has finished already. */
+static bool writer_done(bool wait)
+{
+    if (writer_pid != getpid()) return true;
+    if (!wait && atomic_load(&writing)) return false;
+    pthread_join(writer, NULL);
+    writer_pid = 0;
+    return true;
 }
 
 static void window_job(void *unused)
 {
     (void)unused;
-    if (!atomic_load(&on) || NIL_P(base)) {
+    if (!atomic_load(&on) || NIL_P(base) || !writer_done(false)) {
         atomic_store(&pending, 0);
         return;
     }
@@ -91,15 +125,17 @@ static void window_job(void *unused)
     VALUE path = rb_str_plus(base, rb_str_new_cstr(name));
     VALUE args[2] = { data, path };
     int state = 0;
-    rb_protect(write_window, (VALUE)args, &state);
+    void *handle = (void *)rb_protect(prepare_window, (VALUE)args, &state);
     if (state) {
-        VALUE err = rb_errinfo();
         rb_set_errinfo(Qnil);
-        if (!warned) {
-            warned = true;
-            VALUE msg = rb_obj_is_kind_of(err, rb_eException) ? rb_attr_get(err, rb_intern("mesg")) : Qnil;
-            fprintf(stderr, "rperf: process %ld could not write its profile window: %s\n",
-                    (long)getpid(), RB_TYPE_P(msg, T_STRING) ? StringValueCStr(msg) : "error");
+        if (!atomic_exchange(&warned, 1))
+            fprintf(stderr, "rperf: process %ld could not write its profile window\n", (long)getpid());
+    } else {
+        atomic_store(&writing, 1);
+        if (pthread_create(&writer, NULL, write_main, handle) == 0) {
+            writer_pid = getpid();
+        } else {
+            write_main(handle);          /* no thread: written here */
         }
     }
     RB_GC_GUARD(data);
@@ -117,7 +153,7 @@ static VALUE c_child_windows(VALUE self, VALUE path, VALUE seconds)
     if (!rperf_engine_running()) return Qnil;
     base = rb_str_new_frozen(path);
     seq = 0;
-    warned = false;
+    atomic_store(&warned, 0);
     atomic_store(&interval_ns, (int64_t)(s * 1e9));
     atomic_store(&last_ns, mono_ns());
     atomic_store(&pending, 0);
@@ -130,6 +166,7 @@ void rperf_rb_child_windows_off(void)
     atomic_store(&on, 0);
     atomic_store(&pending, 0);
     base = Qnil;
+    writer_done(true);   /* the last window is on disk before the final part */
 }
 
 void rperf_rb_child_windows_init(VALUE m)

@@ -62,7 +62,8 @@
 
 void rperf_rb_exporters_init(VALUE mRperf);
 VALUE rperf_rb_export_engine_file(VALUE name, VALUE path, VALUE data);
-VALUE rperf_rb_export_file_holding_gvl(VALUE name, VALUE data, VALUE path);
+void *rperf_rb_export_detached_prepare(VALUE name, VALUE data, VALUE path);
+int rperf_rb_export_detached_finish(void *handle, char *err, size_t errlen);
 
 /* ---- arena: stable pointers for phase-1 strings ---------------------------- */
 
@@ -632,10 +633,7 @@ run_phase3(conv_t *c, VALUE path)
 {
     if (!c->path)
         c->str = rb_str_new(NULL, 0);
-    if (c->keep_gvl)
-        run_export_nogvl(c); /* no interrupt check: nothing else runs here */
-    else
-        rb_thread_call_without_gvl(run_export_nogvl, c, NULL, NULL);
+    rb_thread_call_without_gvl(run_export_nogvl, c, NULL, NULL);
     if (c->rc)
         raise_export_error(c);
     if (c->path)
@@ -673,10 +671,10 @@ find_ops(VALUE name)
     return ops;
 }
 
-static VALUE
-export_body(VALUE arg)
+/* Phases 1 and 2: the view, in memory owned by the conversion. */
+static void
+export_prepare(call_t *a)
 {
-    call_t *a = (call_t *)arg;
     conv_t *c = a->c;
     if (rperf__strmap_init(&c->fstore, 1024, 0))
         rb_memerror();
@@ -704,7 +702,14 @@ export_body(VALUE arg)
     else
         convert_samples(c, a->data);
     build_frames(c);
-    return run_phase3(c, a->path);
+}
+
+static VALUE
+export_body(VALUE arg)
+{
+    call_t *a = (call_t *)arg;
+    export_prepare(a);
+    return run_phase3(a->c, a->path);
 }
 
 static VALUE
@@ -715,31 +720,73 @@ export_ensure(VALUE arg)
 }
 
 static VALUE
-run_export_in(VALUE name, VALUE data, VALUE path, VALUE opts, int from_engine, int keep_gvl)
+run_export(VALUE name, VALUE data, VALUE path, VALUE opts, int from_engine)
 {
     conv_t c;
     memset(&c, 0, sizeof c);
     c.str = Qnil;
-    c.keep_gvl = keep_gvl;
     call_t a = {&c, name, data, path, opts, from_engine};
     VALUE r = rb_ensure(export_body, (VALUE)&a, export_ensure, (VALUE)&a);
     RB_GC_GUARD(c.str);
     return r;
 }
 
+/* A file export split in two, for a postponed job (child_windows.c),
+ * which must not release the GVL (that would check interrupts and could
+ * deliver another thread's Thread#raise into the job): phases 1 and 2
+ * here, holding the GVL (raises on bad data; nothing is left allocated
+ * then), and phase 3 (encoding, compression, the atomic write) later on
+ * any thread without the GVL, by rperf_rb_export_detached_finish, which
+ * frees everything. */
+typedef struct detached {
+    conv_t c;
+    call_t a;
+} detached_t;
+
 static VALUE
-run_export(VALUE name, VALUE data, VALUE path, VALUE opts, int from_engine)
+detached_prepare(VALUE arg)
 {
-    return run_export_in(name, data, path, opts, from_engine, 0);
+    export_prepare(&((detached_t *)arg)->a);
+    return Qnil;
 }
 
-/* A result Hash written to path (atomically) by a C exporter, holding the
- * GVL throughout: from a postponed job, where releasing it would check
- * interrupts (and deliver another thread's Thread#raise into the job). */
-VALUE
-rperf_rb_export_file_holding_gvl(VALUE name, VALUE data, VALUE path)
+static VALUE
+detached_fail(VALUE arg)
 {
-    return run_export_in(name, data, path, Qnil, 0, 1);
+    detached_t *d = (detached_t *)arg;
+    conv_free(&d->c);
+    free(d);
+    return Qnil;
+}
+
+void *
+rperf_rb_export_detached_prepare(VALUE name, VALUE data, VALUE path)
+{
+    detached_t *d = calloc(1, sizeof *d);
+    if (!d)
+        rb_memerror();
+    d->c.str = Qnil;
+    d->a = (call_t){&d->c, name, data, path, Qnil, 0};
+    int state = 0;
+    rb_protect(detached_prepare, (VALUE)d, &state);
+    if (state) {
+        detached_fail((VALUE)d);
+        rb_jump_tag(state);
+    }
+    return d;
+}
+
+int
+rperf_rb_export_detached_finish(void *handle, char *err, size_t errlen)
+{
+    detached_t *d = handle;
+    run_export_nogvl(&d->c);
+    int rc = d->c.rc;
+    if (rc && err && errlen)
+        snprintf(err, errlen, "%s", d->c.err);
+    conv_free(&d->c);
+    free(d);
+    return rc;
 }
 
 /* Rperf._encode(name, data, opts = nil) -> String. Uncompressed. */

@@ -53,7 +53,6 @@ typedef struct conv {
     VALUE str;              /* to memory: the result String (on this stack: marked) */
     size_t outlen;          /* its final length */
     int utf8;               /* RPERF__UTF8_* class of a text output */
-    int keep_gvl;           /* encode holding the GVL (a postponed job) */
     int rc;
     char err[512];
 } conv_t;

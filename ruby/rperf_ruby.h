@@ -97,9 +97,12 @@ void rperf_rb_exporters_init(VALUE mRperf);
 /* GVL held, engine stopped, results held: write `data`'s profile to path
  * with the C exporter `name`, calling no Ruby method (raises on failure) */
 VALUE rperf_rb_export_engine_file(VALUE name, VALUE path, VALUE data);
-/* GVL held throughout (a postponed job): data written to path by exporter
- * `name`, atomically. Raises on failure. */
-VALUE rperf_rb_export_file_holding_gvl(VALUE name, VALUE data, VALUE path);
+/* A file export in two steps (export.c): GVL held, no GVL release: the
+ * conversion of `data` for exporter `name` (raises on bad data); then on
+ * any thread, no GVL: the encoding and the atomic write to path, which
+ * frees the handle; 0 or -errno with a message in err. */
+void *rperf_rb_export_detached_prepare(VALUE name, VALUE data, VALUE path);
+int rperf_rb_export_detached_finish(void *handle, char *err, size_t errlen);
 
 /* decode.c (the pprof reader: Rperf._decode_pprof) */
 void rperf_rb_decode_init(VALUE mRperf);

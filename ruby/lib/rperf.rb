@@ -159,6 +159,8 @@ module Rperf
         data = __merge_children(data, run[:inherit_dir], remove: true)
         output_written = false if data[:process_count] > 1
       end
+      # open Rperf::Window readers end at the stop
+      Window.__cleared(data, ended: true) if defined?(Window)
       write_output(data, run) if run[:output] && !output_written
       write_child_stats(data, run) if run[:child_stats]
       report_verbose(data) if run[:verbose]

@@ -56,17 +56,19 @@ module Rperf
     # are consumed (the next window holds what ends after it).
     def __finish_snapshot(data, clear)
       dir = @run && @run[:inherit_dir]
-      return data unless dir && File.directory?(dir)
-
-      read = []
-      merged = __merge_children(data, dir, read: read)
-      # only what was merged: a child may have written its profile since
-      read.each do |path|
-        [path, path.sub(/\.pb\.gz\z/, ".stat.json")].each { |f| File.delete(f) if File.exist?(f) }
-      rescue SystemCallError
-        nil
-      end if clear
-      merged
+      if dir && File.directory?(dir)
+        read = []
+        data = __merge_children(data, dir, read: read)
+        # only what was merged: a child may have written its profile since
+        read.each do |path|
+          [path, path.sub(/\.pb\.gz\z/, ".stat.json")].each { |f| File.delete(f) if File.exist?(f) }
+        rescue SystemCallError
+          nil
+        end if clear
+      end
+      # open Rperf::Window readers keep the window this clear ends
+      Window.__cleared(data) if clear && defined?(Window)
+      data
     end
 
     # `data` (this process's result) with the samples, label sets and
