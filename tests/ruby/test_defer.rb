@@ -157,6 +157,18 @@ class TestDefer < Test::Unit::TestCase
     end
   end
 
+  def test_the_job_middlewares_sample_only_jobs_when_deferred
+    require "rperf/sidekiq"
+    Rperf.start(defer: true, frequency: 1000)
+    rperf_out_of_block(0.03)
+    Rperf::Sidekiq.new.call(nil, { "class" => "HardJob" }, "default") { rperf_in_block(0.03) }
+    data = Rperf.stop
+    assert_operator(weight(data, "rperf_in_block"), :>, 0, rperf_describe(data))
+    assert_equal(0, weight(data, "rperf_out_of_block"), rperf_describe(data))
+    id = data[:label_sets].index({ job: "HardJob", queue: "default" })
+    assert(rperf_samples_with(data, "Object#rperf_in_block").all? { |s| s[3] == id })
+  end
+
   def test_environment_start_defers
     run = run_child(DEFER_WORK + <<~RUBY, env: { "RPERF_ENABLED" => "1", "RPERF_DEFER" => "1", "RPERF_OUTPUT" => File::NULL })
       rperf_out_of_block(0.03)
