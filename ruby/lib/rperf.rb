@@ -186,6 +186,7 @@ module Rperf
     def __start_child_run(dir, opts, stat_base = nil, windows: ENV["RPERF_CHILD_WINDOWS"] == "1")
       return unless File.directory?(dir)
 
+      __load_merge_libraries # its stop may run in a signal handler: no require then
       @child_run = [dir, opts, windows]
       # A program this process exec'd into profiles as the same pid: the
       # profile its predecessor wrote at the exec keeps its name.
@@ -463,7 +464,7 @@ module Rperf
     # The counters file of the command's run, written like the profile
     # (temporary file, then rename: the command never reads half a file).
     def write_child_stats(data, run)
-      require "json"
+      __load_merge_libraries # JSON (loaded at the child's start: no require here)
       c = stat_counters(data)
       run[:stat_base]&.each { |k, v| c[k] -= v }
       tmp = "#{run[:child_stats]}.#{Process.pid}.tmp"

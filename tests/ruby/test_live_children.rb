@@ -111,6 +111,34 @@ class TestLiveChildren < Test::Unit::TestCase
     assert_equal([], rep["left"])
   end
 
+  # Servers stop in their SIGTERM trap (Puma's after_stopped hook): a
+  # snapshot and a stop there merge the children too (no `require` in a
+  # signal handler, which raises ThreadError).
+  def test_snapshot_and_stop_in_a_signal_handler_merge_the_children
+    rep = run_scenario(<<~'RUBY')
+      out = File.join(Dir.mktmpdir, "out.pb.gz")
+      Rperf.start(frequency: 1000, mode: :cpu, output: out)
+      pid = fork { rperf_live_child_work(0.05) }
+      Process.wait(pid)
+      got = {}
+      trap("TERM") do
+        got["snapshot"] = Rperf.snapshot[:process_count]
+        got["stop"] = Rperf.stop[:process_count]
+      rescue Exception => e # rubocop:disable Lint/RescueException
+        got["error"] = "#{e.class}: #{e.message}"
+      end
+      Process.kill(:TERM, Process.pid)
+      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 30
+      IO.select(nil, nil, nil, 0.01) until got.size >= 2 || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+      child_report(got.merge("written" => File.size?(out).to_i, "left" => run_dirs))
+    RUBY
+    assert_nil(rep["error"], rep.inspect)
+    assert_equal(2, rep["snapshot"], rep.inspect)
+    assert_equal(2, rep["stop"], rep.inspect)
+    assert_operator(rep["written"], :>, 0)
+    assert_equal([], rep["left"])
+  end
+
   # Without inherit (false), nothing is written and nothing merged.
   def test_a_child_of_a_run_without_inherit_writes_no_window
     rep = run_scenario(<<~'RUBY')

@@ -20,8 +20,12 @@ require "rperf/run_dir"
 
 module Rperf
   class << self
-    # A new private directory for the run's children.
+    # A new private directory for the run's children. What merging their
+    # profiles needs is loaded now: the merge may run in a signal handler
+    # (a server's SIGTERM trap calling Rperf.stop or snapshot), where
+    # `require` raises ThreadError (RubyGems takes a lock).
     def __make_inherit_dir
+      __load_merge_libraries
       dir = RunDir.make
       _c_children_dir_made
       dir
@@ -148,7 +152,7 @@ module Rperf
     # -> [[pid, Rperf::Report::Profile]] of the children's profiles in
     # `dir`, oldest first.
     def __child_profiles(dir, read = [])
-      require "rperf/report"
+      __load_merge_libraries
       names = Dir.children(dir).grep(CHILD_PART)
       names.filter_map do |name|
         path = File.join(dir, name)
@@ -163,8 +167,18 @@ module Rperf
       []
     end
 
-    def __remove_inherit_dir(dir)
+    # Loaded once, outside any signal handler (see __make_inherit_dir); a
+    # later call requires nothing.
+    def __load_merge_libraries
+      return if defined?(Rperf::Report::Profile) && defined?(::FileUtils) && defined?(::JSON)
+
+      require "rperf/report"
       require "fileutils"
+      require "json"
+    end
+
+    def __remove_inherit_dir(dir)
+      __load_merge_libraries
       FileUtils.remove_entry_secure(dir) if File.directory?(dir)
     rescue SystemCallError => e
       warn "rperf: could not remove #{dir}: #{e.message}"
