@@ -223,9 +223,22 @@ module Rperf
     def __restart_child_run(child_run)
       dir, opts, windows = child_run
       __start_child_run(dir, opts, stat_counters.slice(*STAT_SINCE_FORK), windows: windows)
-      @run[:yields_to_start] = true if @run
+      return @run[:yields_to_start] = true if @run
+
+      __left_out_at_exit
     rescue StandardError => e
-      warn "rperf: could not profile forked process #{Process.pid}: #{e.message}"
+      # the root stopped (and removed the directory) while this child got going
+      return __left_out_at_exit unless File.directory?(dir)
+
+      warn "rperf: process #{Process.pid} could not be profiled: #{e.message}"
+    end
+
+    # A forked child whose run ended before it could start again: said at
+    # its end, as for a child that outlives the run (__finish_stop).
+    def __left_out_at_exit
+      pid = Process.pid
+      at_exit { warn "rperf: process #{pid} ended after the run it was part of; its profile is left out" if Process.pid == pid }
+      nil
     end
 
     # The stats block's lines (report_stat, and the rperf command with the
@@ -539,3 +552,4 @@ if ENV["RPERF_ENABLED"] == "1"
     Rperf.start(**opts)
   end
 end
+require "rperf/serve" if ENV["RPERF_SERVE"] # the pprof listener of RPERF_SERVE (docs/continuous-profiling.md)

@@ -269,7 +269,7 @@ class TestHostBehaviour < Test::Unit::TestCase
           end
         end
         Rperf.start(frequency: 10_000, mode: :wall, output: #{out.dump}, format: :collapsed)
-        def rperf_stressed_work = (x = 0; 2000.times { x += 1 })
+        def rperf_stressed_work = (x = 0; 200_000.times { x += 1 })
         rperf_stressed_work
       RUBY
       run = run_command([RbConfig.ruby, "-I", RPERF_BUILD_LIB, "-e", script], timeout: 300)

@@ -127,7 +127,8 @@ module Rperf
     # children (inherit: true).
     SPAWN_KEYS = %w[RPERF_ENABLED RPERF_MODE RPERF_FREQUENCY RPERF_OUTPUT RPERF_FORMAT RPERF_SIGNAL
                     RPERF_ALLOW_SIGNAL RPERF_BACKEND RPERF_AGGREGATE RPERF_STAT RPERF_VERBOSE
-                    RPERF_STAT_COMMAND RPERF_STAT_REPORT RPERF_CHILD_DIR RPERF_INHERIT RPERF_DEFER RPERF_CHILD_WINDOWS RUBYOPT RUBYLIB].freeze
+                    RPERF_STAT_COMMAND RPERF_STAT_REPORT RPERF_CHILD_DIR RPERF_INHERIT RPERF_DEFER RPERF_CHILD_WINDOWS
+                    RPERF_SERVE RPERF_SERVE_TOKEN RPERF_SERVE_START RUBYOPT RUBYLIB].freeze
 
     # {pid => thread_seq offset}: each process's threads numbered after
     # those of the processes before it (and this one's, up to `base`).

@@ -1,0 +1,192 @@
+# frozen_string_literal: true
+
+# bench/scrape.rb — what does a pprof scrape cost the application? (a
+# measurement, not a test: it asserts nothing; every figure is a ratio of
+# phases run side by side in this process)
+#
+# The application: THREADS Ruby threads doing a fixed CPU workload through
+# many distinct call stacks (methods generated below, random chains of a
+# fixed seed: ~STACKS distinct stacks, so that a window's snapshots and its
+# encoding have real work), counting units of work done. Each round runs
+# three phases of SECONDS each, in this order:
+#   off       no profiler
+#   on        Rperf.start(mode: :cpu, frequency: 1000), nobody scraping
+#   scraped   the same run, with a scraper asking seconds=2 every 2 s
+# The scraper is another process (as Alloy or Parca are): a Ruby loop
+# started once and told over a pipe when to scrape; it records each
+# answer's status, size and lateness (time to answer minus the 2 s).
+# The listener is Rperf.serve on 127.0.0.1 in this process.
+#
+# Printed, as medians over the rounds: units of work per wall second and
+# per CPU second of the whole process (the latter does not move when other
+# programs take CPU from the machine), their ratios scraped/on (what the
+# scrapes cost) and on/off (what profiling costs); the share of the
+# sampled time spent by the listener itself (samples labelled
+# rperf=serve); the scrapes' sizes and how late they answered.
+#
+# Run: script/ruby bench/scrape.rb [--seconds=10] [--rounds=3] [--threads=2] [--stacks=1000]
+
+require "rperf"
+require "rperf/serve"
+require "rbconfig"
+require "json"
+require "etc"
+
+module ScrapeBench
+  OPTS = { seconds: 10.0, rounds: 3, threads: 2, stacks: 1000 }
+  ARGV.each do |arg|
+    key, value = arg.delete_prefix("--").split("=", 2)
+    unless OPTS.key?(key&.to_sym) && value
+      abort "usage: bench/scrape.rb [--seconds=S] [--rounds=N] [--threads=N] [--stacks=N]"
+    end
+    OPTS[key.to_sym] = key == "seconds" ? Float(value) : Integer(value)
+  end
+
+  SCRAPER = <<~'RUBY'
+    require "net/http"
+    require "json"
+    port = Integer(ARGV[0])
+    mono = -> { Process.clock_gettime(Process::CLOCK_MONOTONIC) }
+    $stdout.sync = true
+    on = false
+    log = []
+    reader = Thread.new do
+      while (line = $stdin.gets)
+        case line.chomp
+        when "on" then on = true
+        when "off" then on = false
+        end
+      end
+      on = nil
+    end
+    next_at = mono.()
+    until on.nil?
+      if on && mono.() >= next_at
+        t = mono.()
+        res = Net::HTTP.start("127.0.0.1", port, open_timeout: 30, read_timeout: 60) do |h|
+          h.get("/debug/pprof/profile?seconds=2")
+        end
+        log << { code: res.code, bytes: res.body.to_s.bytesize, late: mono.() - t - 2 }
+        next_at = t + 2 # due every 2 s; at once when late, as a scrape loop does
+      else
+        next_at = mono.() unless on
+        sleep 0.01
+      end
+    end
+    puts JSON.generate(log)
+  RUBY
+
+  module_function
+
+  def mono = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+
+  # Methods m0..m199, real methods (their frames have their own names);
+  # each calls the next method of its chain, the last one works. A unit of
+  # work walks one of `stacks` fixed chains (depth 4..12).
+  def build_workload(stacks)
+    rng = Random.new(42)
+    methods = 200
+    methods.times do |i|
+      singleton_class.module_eval(<<~M, __FILE__, __LINE__ + 1)
+        def m#{i}(chain, k)
+          return send(chain[k], chain, k + 1) if k < chain.size
+
+          x = 0
+          j = 0
+          while j < 300
+            x += j * #{i}
+            j += 1
+          end
+          x
+        end
+      M
+    end
+    @chains = Array.new(stacks) { Array.new(4 + rng.rand(9)) { :"m#{rng.rand(methods)}" } }
+  end
+
+  def unit(n)
+    chain = @chains[n % @chains.size]
+    send(chain[0], chain, 1)
+  end
+
+  # [units of work per wall second, per CPU second of the process] over
+  # `seconds`, by `threads` threads. The process's CPU includes the
+  # listener's and the profiler's threads: per CPU second is what the work
+  # costs whatever other programs take from the machine meanwhile.
+  def phase(seconds, threads)
+    cpu0 = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID)
+    stop_at = mono + seconds
+    counts = Array.new(threads) do |t|
+      Thread.new do
+        n = t
+        n += 1 while mono < stop_at && unit(n)
+        n - t
+      end
+    end.map(&:value)
+    cpu = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID) - cpu0
+    [counts.sum / seconds, counts.sum / cpu]
+  end
+
+  def serve_share(data)
+    sets = (data[:label_sets] || []).each_index.select { |i| data[:label_sets][i] == { rperf: "serve" } }
+    total = data[:aggregated_samples].sum { |s| s[1] }
+    mine = data[:aggregated_samples].sum { |s| sets.include?(s[3]) ? s[1] : 0 }
+    total.positive? ? mine.to_f / total : 0.0
+  end
+
+  def median(values)
+    s = values.sort
+    s.size.odd? ? s[s.size / 2] : (s[s.size / 2 - 1] + s[s.size / 2]) / 2.0
+  end
+
+  def run
+    build_workload(OPTS[:stacks])
+    server = Rperf.serve(port: 0)
+    scraper = IO.popen([RbConfig.ruby, "-e", SCRAPER, server.port.to_s], "r+")
+    results = { off: [], on: [], scraped: [] }
+    shares = []
+    stacks = []
+    phase(1.0, OPTS[:threads]) # warm-up
+    OPTS[:rounds].times do |r|
+      results[:off] << phase(OPTS[:seconds], OPTS[:threads])
+      Rperf.start(mode: :cpu, frequency: 1000)
+      results[:on] << phase(OPTS[:seconds], OPTS[:threads])
+      scraper.puts("on")
+      results[:scraped] << phase(OPTS[:seconds], OPTS[:threads])
+      scraper.puts("off")
+      sleep 3 # the scrape in progress ends (its 2 s) before the run stops
+      data = Rperf.stop
+      shares << serve_share(data)
+      stacks << data[:unique_stacks]
+      warn format("round %d: units/s off %.0f  on %.0f  scraped %.0f;  per CPU s off %.0f  on %.0f  scraped %.0f",
+                  r + 1, *results.values.map { |v| v.last[0] }, *results.values.map { |v| v.last[1] })
+    end
+    scraper.close_write
+    log = JSON.parse(scraper.read, symbolize_names: true)
+    scraper.close
+    server.stop
+    report(results, shares, stacks, log)
+  end
+
+  def report(results, shares, stacks, log)
+    wall = results.transform_values { |v| median(v.map(&:first)) }
+    cpu = results.transform_values { |v| median(v.map(&:last)) }
+    puts format("rperf %s, %s, %d CPUs", Rperf::VERSION, RUBY_DESCRIPTION, Etc.nprocessors)
+    puts format("workload: %d threads, %d chains (%d distinct stacks in a run, median); %d rounds of %.0f s per phase",
+                OPTS[:threads], OPTS[:stacks], median(stacks), OPTS[:rounds], OPTS[:seconds])
+    puts "scrapes: seconds=2 every 2 s from another process; profiling: cpu, 1 kHz"
+    puts format("%-22s %10s %10s %10s   %-14s %s", "median", "off", "on", "scraped", "scraped/on", "on/off")
+    [["units/s", wall], ["units per CPU s", cpu]].each do |name, m|
+      puts format("%-22s %10.0f %10.0f %10.0f   %-14.3f %.3f", name, m[:off], m[:on], m[:scraped],
+                  m[:scraped] / m[:on], m[:on] / m[:off])
+    end
+    puts format("listener's share of the sampled time in scraped phases: %.2f %% (median)", median(shares) * 100)
+    codes = log.map { |l| l[:code] }.tally
+    late = log.map { |l| l[:late] * 1000 }
+    puts format("scrapes: %d (%s), %.0f KiB each on average, answered %.0f ms (median) / %.0f ms (max) after their 2 s",
+                log.size, codes.map { |c, n| "#{n}x #{c}" }.join(", "),
+                log.sum { |l| l[:bytes] } / 1024.0 / [log.size, 1].max, median(late.empty? ? [0] : late), late.max || 0)
+  end
+end
+
+ScrapeBench.run

@@ -1,0 +1,513 @@
+# frozen_string_literal: true
+
+# Rperf.serve — a listener of its own for the pprof routes of
+# Rperf::PprofApp (rperf/pprof_app.rb), for processes without Rack (Sidekiq,
+# job runners) and for the master of a forking server, whose snapshots hold
+# its running workers (docs/continuous-profiling.md):
+#
+#   server = Rperf.serve(port: 6060)   # 127.0.0.1 unless host: is given
+#   server.port                        # port: 0 picks a free one
+#   server.stop                        # idempotent; done at exit too
+#
+# or from the environment: RPERF_SERVE=PORT or HOST:PORT (with
+# RPERF_SERVE_TOKEN and RPERF_SERVE_START=cpu|wall), read by
+# Server.__serve_from_env when rperf.rb loads this file.
+#
+# Plain Ruby on the socket library: HTTP/1.1 GET, one request per
+# connection (`connection: close`), only /debug/pprof and below (404
+# elsewhere).
+#
+# Context: Rperf.serve and Server#stop run on any thread of the main
+# Ractor. The listener runs on threads of its own, all named "rperf-serve":
+# one accepts connections, and one per connection handles it (at most
+# max_connections; more are answered 503 at once), each read and write
+# under a deadline and woken by stop, so that no client, slow or silent,
+# ever holds an application thread or the listener. A fork child closes
+# its inherited copies of the sockets (ServeForkHook): the root's listener
+# stays the only one on the port. Every listener is stopped at exit.
+
+require "rperf" unless defined?(Rperf::VERSION)
+require "socket"
+require "rperf/pprof_app"
+
+module Rperf
+  class Server
+    THREAD_NAME = "rperf-serve"
+    DEFAULT_READ_TIMEOUT = 10
+    DEFAULT_WRITE_TIMEOUT = 30
+    DEFAULT_MAX_CONNECTIONS = 16
+    MAX_HEAD_BYTES = 8192       # request line and headers
+    MAX_HEADERS = 64
+    MAX_DISCARD_BYTES = 65_536  # what a client may send while its profile is taken
+    STOP_WAIT = 5               # seconds stop waits for its threads
+    QUIET_ACCEPT_ERRORS = [Errno::EMFILE, Errno::ENFILE, Errno::ENOBUFS, Errno::ENOMEM, Errno::ECONNABORTED,
+                           Errno::EPROTO].freeze
+    REASONS = { 200 => "OK", 400 => "Bad Request", 401 => "Unauthorized", 404 => "Not Found",
+                405 => "Method Not Allowed", 408 => "Request Timeout", 431 => "Request Header Fields Too Large",
+                499 => "Client Closed Request", 500 => "Internal Server Error",
+                503 => "Service Unavailable" }.freeze
+
+    REGISTRY = Mutex.new
+    @all = []
+    @at_exit = false
+    @env_served = false
+
+    class << self
+      # The listeners of this process that are not stopped.
+      def all
+        REGISTRY.synchronize { @all.dup }
+      end
+
+      def stop_all
+        all.each(&:stop)
+      end
+
+      # Rperf.serve's default token: RPERF_SERVE_TOKEN when set and not empty.
+      def env_token
+        t = ENV["RPERF_SERVE_TOKEN"]
+        t.nil? || t.empty? ? nil : t
+      end
+
+      # RPERF_SERVE=PORT | HOST:PORT | [IPv6]:PORT starts a listener (once per
+      # process); RPERF_SERVE_TOKEN is its token, RPERF_SERVE_START=cpu|wall
+      # its on-demand run (with RPERF_FREQUENCY). A malformed value raises
+      # ArgumentError, as the other RPERF_* variables do; a port that cannot
+      # be bound (a spawned Ruby program inheriting the variable, say) is
+      # reported in one line and the program goes on without a listener.
+      def __serve_from_env(env = ENV)
+        spec = env["RPERF_SERVE"].to_s
+        return nil if spec.empty? || @env_served
+
+        @env_served = true
+        host, port = parse_spec(spec)
+        Rperf.serve(host: host, port: port, start: env_start(env))
+      rescue SystemCallError, SocketError => e
+        warn "rperf: RPERF_SERVE=#{spec}: not serving: #{e.message}"
+        nil
+      end
+
+      def __register(server)
+        REGISTRY.synchronize do
+          @all << server
+          unless @at_exit
+            @at_exit = true
+            at_exit { stop_all }
+          end
+        end
+      end
+
+      def __unregister(server)
+        REGISTRY.synchronize { @all.delete(server) }
+      end
+
+      # In a fork child, before anything else runs there: the listener
+      # threads did not come along; the sockets did. Closing the child's
+      # copies leaves the port to the parent alone (and free once the parent
+      # stops, whatever the children do). No lock: a lock held at the fork
+      # by a thread that is gone would be abandoned, not released.
+      def __after_fork_child
+        servers = @all
+        @all = []
+        servers.each(&:__abandon)
+        PprofApp::OnDemand.__after_fork
+      end
+
+      private
+
+      def parse_spec(spec)
+        m = spec.match(/\A(?:(?:\[(?<v6>[0-9A-Fa-f:.]+)\]|(?<host>[^:\[\]\s]+)):)?(?<port>\d{1,5})\z/)
+        port = m && m[:port].to_i
+        unless port&.between?(0, 65_535)
+          raise ArgumentError, "RPERF_SERVE must be PORT, HOST:PORT or [IPV6]:PORT (port 0..65535), got #{spec.inspect}"
+        end
+
+        [m[:v6] || m[:host] || "127.0.0.1", port]
+      end
+
+      def env_start(env)
+        case (mode = env["RPERF_SERVE_START"].to_s)
+        when "", "0", "false" then nil
+        when "cpu", "wall"
+          freq = env["RPERF_FREQUENCY"]
+          opts = { mode: mode.to_sym }
+          opts[:frequency] = Integer(freq, exception: false) || 0 if freq && !freq.empty?
+          opts
+        else raise ArgumentError, "RPERF_SERVE_START must be 'cpu' or 'wall', got #{mode.inspect}"
+        end
+      end
+    end
+
+    attr_reader :host, :port, :app, :read_timeout, :write_timeout, :max_connections
+
+    # Binds at once (Errno::EADDRINUSE and the like come from here) and
+    # starts the accepting thread. Use Rperf.serve.
+    def initialize(port:, host: "127.0.0.1", app: PprofApp.new, read_timeout: DEFAULT_READ_TIMEOUT,
+                   write_timeout: DEFAULT_WRITE_TIMEOUT, max_connections: DEFAULT_MAX_CONNECTIONS)
+      check_options(port, host, read_timeout, write_timeout, max_connections)
+      @app = app
+      @read_timeout = read_timeout
+      @write_timeout = write_timeout
+      @max_connections = max_connections
+      @lock = Mutex.new
+      @conns = {} # handler Thread => its socket
+      @stopped = false
+      @server = TCPServer.new(host, port)
+      @host = host
+      @port = @server.local_address.ip_port
+      # stop closes the write end: the read end then stays readable, which
+      # wakes every IO.select of every listener thread at once
+      @wake_r, @wake_w = IO.pipe
+      @accept_thread = named_thread { accept_loop }
+      self.class.__register(self)
+    end
+
+    def url
+      h = @host.include?(":") ? "[#{@host}]" : @host
+      "http://#{h}:#{@port}#{PprofApp::PREFIX}/"
+    end
+
+    def stopped?
+      @stopped
+    end
+
+    # Bound to a loopback address (127.0.0.0/8, ::1): unreachable from
+    # other machines.
+    def loopback?
+      addr = @server.local_address
+      addr.ipv4_loopback? || addr.ipv6_loopback?
+    end
+
+    # Stops accepting, answers profiles in progress with 503 (their windows
+    # are closed), closes every connection and waits for the listener's
+    # threads (at most STOP_WAIT seconds). Returns true, or false when it
+    # was stopped already.
+    def stop
+      first = @lock.synchronize { @stopped ? false : (@stopped = true) }
+      return false unless first
+
+      @wake_w.close
+      deadline = now + STOP_WAIT
+      join(@accept_thread, deadline)
+      @server.close
+      @lock.synchronize { @conns.keys }.each { |t| join(t, deadline) }
+      @wake_r.close
+      self.class.__unregister(self)
+      true
+    end
+
+    def inspect
+      "#<#{self.class} #{url}#{@stopped ? ' stopped' : ''}>"
+    end
+
+    # In a fork child (__after_fork_child): drop this process's copies of
+    # the sockets; the threads that used them do not exist here.
+    def __abandon
+      @stopped = true
+      [@server, @wake_r, @wake_w, *@conns.values].each do |io|
+        io.close unless io.closed?
+      rescue IOError, SystemCallError
+        nil
+      end
+      @conns = {}
+    end
+
+    private
+
+    def check_options(port, host, read_timeout, write_timeout, max_connections)
+      unless port.is_a?(Integer) && port.between?(0, 65_535)
+        raise ArgumentError, "port must be an Integer from 0 to 65535, got #{port.inspect}"
+      end
+      unless host.is_a?(String) && !host.empty?
+        raise ArgumentError, "host must be a non-empty String, got #{host.inspect}"
+      end
+
+      { read_timeout: read_timeout, write_timeout: write_timeout }.each do |name, v|
+        next if v.is_a?(Numeric) && v.positive? && v <= 3600
+
+        raise ArgumentError, "#{name} must be a positive number of seconds (at most 3600), got #{v.inspect}"
+      end
+      return if max_connections.is_a?(Integer) && max_connections.between?(1, 1024)
+
+      raise ArgumentError, "max_connections must be an Integer from 1 to 1024, got #{max_connections.inspect}"
+    end
+
+    def named_thread(*args)
+      t = Thread.new(*args) do |*a|
+        Thread.current.name = THREAD_NAME # the thread may run before its creator names it
+        yield(*a)
+      end
+      t.name = THREAD_NAME
+      t.report_on_exception = false
+      t
+    end
+
+    def now
+      Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    end
+
+    def join(thread, deadline)
+      return if thread.equal?(Thread.current)
+
+      thread.join([deadline - now, 0].max)
+    end
+
+    # ---- accepting -----------------------------------------------------------
+
+    def accept_loop
+      until @stopped
+        ready = IO.select([@server, @wake_r])
+        next unless ready && ready[0].include?(@server) && !@stopped
+
+        sock = @server.accept_nonblock(exception: false)
+        dispatch(sock) unless sock == :wait_readable
+      end
+    rescue IOError, SystemCallError => e
+      return if @stopped
+
+      # out of descriptors, a connection reset before it was accepted: wait
+      # a moment (or for stop) and go on; anything else is said once
+      warn "rperf: #{inspect}: accept failed: #{e.message}" unless QUIET_ACCEPT_ERRORS.any? { |c| e.is_a?(c) }
+      begin
+        IO.select([@wake_r], nil, nil, 0.1)
+      rescue IOError
+        return
+      end
+      retry
+    end
+
+    def dispatch(sock)
+      @lock.synchronize do
+        if !@stopped && @conns.size < @max_connections
+          @conns[named_thread(sock) { |s| handle(s) }] = sock
+          return
+        end
+      end
+      reject(sock)
+    end
+
+    # Over max_connections: answered on the accepting thread without
+    # waiting for anything (one non-blocking write), then closed.
+    def reject(sock)
+      body = "rperf: too many connections (#{@max_connections})\n"
+      sock.read_nonblock(MAX_HEAD_BYTES, exception: false) # what came already: closing on unread data resets
+      sock.write_nonblock("HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n" \
+                          "x-go-pprof: 1\r\n" \
+                          "content-length: #{body.bytesize}\r\nretry-after: 1\r\nconnection: close\r\n\r\n#{body}",
+                          exception: false)
+      sock.shutdown(Socket::SHUT_WR)
+    rescue IOError, SystemCallError
+      nil
+    ensure
+      sock.close unless sock.closed?
+    end
+
+    # ---- one connection ------------------------------------------------------
+
+    def handle(sock)
+      # the listener's own work (encoding a window) is visible in the profile
+      # under a label of its own: `-tagignore rperf=serve` leaves it out
+      Rperf.label(rperf: "serve") if Rperf.running?
+      head = read_head(sock)
+      case head
+      when :timeout then respond(sock, *error(408, "request not received within #{@read_timeout} s"))
+      when :too_large then respond(sock, *error(431, "request head larger than #{MAX_HEAD_BYTES} bytes"))
+      when String
+        env = parse(head, sock)
+        status, headers, body = env.is_a?(Hash) ? call_app(env) : env
+        # 499: the client left while its profile was taken; nobody to answer
+        head_only = env.is_a?(Hash) && env["REQUEST_METHOD"] == "HEAD"
+        respond(sock, status, headers, body, head_only: head_only) unless status == 499
+      end
+    rescue IOError, SystemCallError
+      nil # the client went away or stop closed the socket
+    rescue StandardError => e
+      warn "rperf: #{inspect}: #{e.class}: #{e.message}"
+    ensure
+      begin
+        sock.close unless sock.closed?
+      rescue IOError, SystemCallError
+        nil
+      end
+      @lock.synchronize { @conns.delete(Thread.current) }
+    end
+
+    def call_app(env)
+      path = env["PATH_INFO"]
+      unless path == PprofApp::PREFIX || path.start_with?("#{PprofApp::PREFIX}/")
+        return error(404, "not found: only #{PprofApp::PREFIX}/ is served")
+      end
+
+      @app.call(env)
+    end
+
+    # The request line and headers, or :timeout, :too_large, :eof, :stopping.
+    def read_head(sock)
+      deadline = now + @read_timeout
+      buf = String.new(encoding: Encoding::BINARY)
+      loop do
+        return :too_large if buf.bytesize > MAX_HEAD_BYTES
+        return buf if buf.match?(/\r?\n\r?\n/n)
+
+        case (chunk = read_some(sock, deadline))
+        when Symbol then return chunk
+        else buf << chunk
+        end
+      end
+    end
+
+    # Bytes from the client, or :timeout (deadline passed), :eof, :stopping.
+    # Reads first and waits only when nothing is there: every wait gives up
+    # the GVL, and getting it back may take a time slice of a busy thread.
+    def read_some(sock, deadline)
+      loop do
+        return :stopping if @stopped
+
+        chunk = sock.read_nonblock(4096, exception: false)
+        return :eof if chunk.nil?
+        return chunk unless chunk == :wait_readable
+
+        remaining = deadline - now
+        return :timeout if remaining <= 0
+
+        ready = IO.select([sock, @wake_r], nil, nil, remaining)
+        return :stopping if ready && ready[0].include?(@wake_r)
+      end
+    end
+
+    # The profile waits here (PprofApp's "rperf.wait"): `seconds`, or less
+    # when the client disconnects (:gone) or the listener stops (:stopping).
+    # Bytes a client sends meanwhile are read and dropped, up to a bound.
+    def wait_client(sock, seconds)
+      deadline = now + seconds
+      dropped = 0
+      loop do
+        case (chunk = read_some(sock, deadline))
+        when :timeout then return :done
+        when :eof then return :gone
+        when :stopping then return :stopping
+        else
+          dropped += chunk.bytesize
+          return :gone if dropped > MAX_DISCARD_BYTES
+        end
+      end
+    rescue IOError, SystemCallError
+      @stopped ? :stopping : :gone
+    end
+
+    # A Rack env for the request in `head`, or an error response.
+    def parse(head, sock)
+      lines = head.split(/\r?\n/n)
+      m = lines.shift.to_s.match(%r{\A([A-Z]{1,16}) (\S{1,#{MAX_HEAD_BYTES}}) HTTP/1\.([01])\z}n)
+      return error(400, "malformed request line") unless m
+
+      target = m[2].sub(%r{\Ahttps?://[^/?]*}in, "") # absolute-form: keep path and query
+      target = "/#{target}" unless target.start_with?("/")
+      path, query = target.split("?", 2)
+      headers = lines.take_while { |l| !l.empty? }
+      return error(431, "more than #{MAX_HEADERS} header lines") if headers.size > MAX_HEADERS
+
+      env = base_env(m[1], path, query.to_s, "HTTP/1.#{m[3]}", sock)
+      headers.each do |line|
+        name, value = line.split(":", 2)
+        return error(400, "malformed header line") unless value && name.match?(/\A[!\#$%&'*+.^_`|~0-9A-Za-z-]+\z/n)
+
+        env["HTTP_#{name.upcase.tr('-', '_')}"] = utf8(value.strip)
+      end
+      env
+    end
+
+    def base_env(method, path, query, version, sock)
+      { "REQUEST_METHOD" => method, "SCRIPT_NAME" => "", "PATH_INFO" => utf8(path),
+        "QUERY_STRING" => utf8(query), "SERVER_NAME" => @host,
+        "SERVER_PORT" => @port.to_s, "SERVER_PROTOCOL" => version, "REMOTE_ADDR" => remote_addr(sock),
+        "rack.url_scheme" => "http", "rack.input" => StringIO.new(+""), "rack.errors" => $stderr,
+        "rperf.wait" => ->(seconds) { wait_client(sock, seconds) } }
+    end
+
+    # Request bytes as a String of the encoding Rack servers give (UTF-8
+    # tagged, not checked: PprofApp treats values as bytes).
+    def utf8(bytes)
+      String.new(bytes, encoding: Encoding::UTF_8)
+    end
+
+    def remote_addr(sock)
+      sock.remote_address.ip_address
+    rescue SystemCallError, SocketError
+      ""
+    end
+
+    def error(status, message)
+      body = "rperf: #{message}\n"
+      [status, { "content-type" => "text/plain; charset=utf-8", "x-go-pprof" => "1",
+                 "content-length" => body.bytesize.to_s }, [body]]
+    end
+
+    def respond(sock, status, headers, body, head_only: false)
+      out = String.new("HTTP/1.1 #{status} #{REASONS.fetch(status, 'Unknown')}\r\n", encoding: Encoding::BINARY)
+      headers.each do |k, v|
+        next if k.to_s.casecmp?("connection") || v.to_s.match?(/[\r\n]/)
+
+        out << "#{k}: #{v}\r\n".b
+      end
+      out << "connection: close\r\n\r\n"
+      body.each { |chunk| out << chunk.b } unless head_only
+      body.close if body.respond_to?(:close)
+      write_all(sock, out) && sock.shutdown(Socket::SHUT_WR)
+    end
+
+    # All of `data` before the write deadline, or false. A stopping
+    # listener still writes what the socket takes at once, and no more.
+    def write_all(sock, data)
+      deadline = now + @write_timeout
+      until data.empty?
+        n = sock.write_nonblock(data, exception: false)
+        if n == :wait_writable
+          remaining = deadline - now
+          return false if remaining <= 0
+
+          ready = IO.select([@wake_r], [sock], nil, remaining)
+          return false if ready.nil? || ready[0].include?(@wake_r)
+
+          next
+        end
+        data = data.byteslice(n..)
+      end
+      true
+    end
+  end
+
+  # A fork child closes its copies of the listeners' sockets before
+  # anything else of it runs (Rperf's own fork hook, in rperf.rb, runs
+  # first: this one is prepended after it).
+  module ServeForkHook
+    def _fork
+      pid = super
+      Server.__after_fork_child if pid.zero?
+      pid
+    end
+  end
+  Process.singleton_class.prepend(ServeForkHook)
+
+  class << self
+    # Serve the pprof routes (Rperf::PprofApp) on a listener of its own;
+    # returns the Rperf::Server (#port, #url, #stop). token: defaults to
+    # RPERF_SERVE_TOKEN; start: makes a request while profiling is off start
+    # an on-demand run (PprofApp). Binding to an address other than
+    # loopback without a token is allowed, and said on stderr.
+    def serve(port:, host: "127.0.0.1", token: Server.env_token, start: nil,
+              read_timeout: Server::DEFAULT_READ_TIMEOUT, write_timeout: Server::DEFAULT_WRITE_TIMEOUT,
+              max_connections: Server::DEFAULT_MAX_CONNECTIONS, max_profiles: PprofApp::DEFAULT_MAX_PROFILES,
+              max_seconds: PprofApp::MAX_SECONDS)
+      main_ractor!("serve")
+      app = PprofApp.new(token: token, start: start, max_seconds: max_seconds, max_profiles: max_profiles)
+      server = Server.new(port: port, host: host, app: app, read_timeout: read_timeout,
+                          write_timeout: write_timeout, max_connections: max_connections)
+      unless token || server.loopback?
+        warn "rperf: serving profiles on #{server.url} to the network without a token (token: or RPERF_SERVE_TOKEN)"
+      end
+      server
+    end
+  end
+end
+
+Rperf::Server.__serve_from_env if ENV["RPERF_SERVE"]
