@@ -25,8 +25,9 @@
  * lost, the run goes on.
  *
  * Contexts: poll runs on the worker thread (no Ruby API: atomics and
- * rb_postponed_job_trigger, which is thread-safe); the job runs with the
- * main Ractor's GVL held, at a safepoint of whatever thread runs there;
+ * rb_postponed_job_trigger, which is thread-safe); the job runs at a
+ * safepoint of whatever thread flushes the VM's job bitset, with its
+ * Ractor's GVL held, and does its work only in the main Ractor;
  * write_main on the writer thread (no Ruby API); the module functions and
  * off() with the GVL held.
  */
@@ -108,7 +109,11 @@ static bool writer_done(bool wait)
 static void window_job(void *unused)
 {
     (void)unused;
-    if (!atomic_load(&on) || NIL_P(base) || !writer_done(false)) {
+    /* The postponed-job bitset is one per VM: a thread of another Ractor
+     * that flushes it for its own tick runs this job too. The window is the
+     * main Ractor's business (its objects, the lifecycle state): leave it
+     * for the next wake-up, which triggers the job again. */
+    if (!atomic_load(&on) || NIL_P(base) || rperf_rb_ractor_peek() != 1 || !writer_done(false)) {
         atomic_store(&pending, 0);
         return;
     }

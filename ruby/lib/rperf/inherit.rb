@@ -178,9 +178,18 @@ module Rperf
       require "json"
     end
 
+    # A child still starting or ending may add or remove a file while the
+    # directory goes (its start's writability probe, its last part): a
+    # removal that meets one tries again, a few times.
     def __remove_inherit_dir(dir)
       __load_merge_libraries
-      FileUtils.remove_entry_secure(dir) if File.directory?(dir)
+      tries = 0
+      begin
+        FileUtils.remove_entry_secure(dir) if File.directory?(dir)
+      rescue Errno::ENOENT, Errno::ENOTEMPTY
+        retry if (tries += 1) < 5
+        warn "rperf: could not remove #{dir}: files kept appearing"
+      end
     rescue SystemCallError => e
       warn "rperf: could not remove #{dir}: #{e.message}"
     end
