@@ -1,7 +1,9 @@
 /*
  * holder.c — the "holder" backend (the default): one timer pthread sleeping
  * to absolute deadlines (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME),
- * one at a uniformly drawn moment of each period: timer_thread.c says why)
+ * one at a uniformly drawn moment of each period, kept from period to
+ * period while one thread holds its GVL without a break: timer_thread.c
+ * says why, is_steady below decides)
  * delivers every tick to the thread that holds the GVL, in every Ractor.
  * The timer interrupt and the thread wake-up land on this thread, not on
  * the application's; a GVL switch stores to its own slot (one
@@ -386,9 +388,11 @@ static bool holder_ran_since_last_tick(int i)
  * whether it ran during the last interval; this says whether it still
  * does, so a holder that just entered a blocking call gets no signal
  * either. Unknown (the file cannot be read): false. */
+static rperf_task_stat_t holder_stat = RPERF_TASK_STAT_NONE;   /* the last holder asked about */
+
 static bool blocked_now(int32_t tid)
 {
-    char st = rperf_task_state((pid_t)tid);
+    char st = rperf_task_state_cached(&holder_stat, (pid_t)tid);
     return st == 'S' || st == 'D';
 }
 
@@ -411,10 +415,32 @@ static int last_slot = -1, pen_slot = -1, proven_slot = -1;
 static int64_t last_since, pen_since, proven_since;
 static int pen_streak, pen_left;
 
-static void deliver(int64_t now)
+/* Timer thread only: the main Ractor's holder at the last tick that found
+ * one (slot, RESUMED time, tick number), for is_steady. */
+static int steady_slot = -1;
+static int64_t steady_since;
+static uint64_t steady_tick;
+
+/* Timer thread: whether main holder m (RESUMED at `since`) has held its
+ * GVL since before the previous tick, with no other Ractor's holder to
+ * tick (those keep a fresh draw per period): the timer thread then keeps
+ * the tick's moment within the period (timer_thread.c, "Steady holders").
+ * A holder that released its GVL and took it back has a new RESUMED time. */
+static bool is_steady(int m, int64_t since)
+{
+    bool steady = steady_slot == m && steady_since == since && steady_tick + 1 == ticks &&
+                  atomic_load_explicit(&other_holders, memory_order_relaxed) <= 0;
+    steady_slot = m;
+    steady_since = since;
+    steady_tick = ticks;
+    return steady;
+}
+
+static bool deliver(int64_t now)
 {
     ticks++;
     tick_now = now;
+    bool steady = false;
     int m = atomic_load_explicit(&main_holder.slot, memory_order_acquire);
     if (m >= 0 && atomic_load_explicit(&table[m].holds, memory_order_acquire) == HOLDS_MAIN) {
         /* Self-check: a direct trigger that no job has consumed by the next
@@ -462,13 +488,15 @@ static void deliver(int64_t now)
         if (last_direct && (cpu_clock || !(proven_slot == m && proven_since == since)))
             (void)holder_ran(m);
         if (last_direct) rperf_engine_tick_sigsafe();
+        steady = is_steady(m, since);
     }
-    if (atomic_load_explicit(&other_holders, memory_order_relaxed) <= 0) return;
+    if (atomic_load_explicit(&other_holders, memory_order_relaxed) <= 0) return steady;
     int n = atomic_load_explicit(&used, memory_order_acquire);
     for (int i = 0; i < n; i++) {
         if (!holds_other(atomic_load_explicit(&table[i].holds, memory_order_acquire))) continue;
         signal_running_holder(i, holder_ran(i));   /* blocked holding its GVL: none */
     }
+    return false;
 }
 
 /* Timer thread: no thread of any Ractor holds its GVL, so a tick has no one
@@ -493,7 +521,7 @@ static int holder_start(const rperf_backend_config_t *cfg, char *err, size_t err
     memset(slot_tick, 0, sizeof slot_tick);
     memset(slot_ran, 0, sizeof slot_ran);
     ticks = 1;   /* the first tick is 2: no slot looks checked at a tick before it */
-    last_slot = pen_slot = proven_slot = -1;
+    last_slot = pen_slot = proven_slot = steady_slot = -1;
     pen_streak = pen_left = 0;
     atomic_store(&live.running, 1);
     if (rperf_timer_thread_start(cfg, deliver, nobody_holds, err, errlen) == 0) return 0;
@@ -505,6 +533,7 @@ static void holder_stop(void)
 {
     atomic_store(&live.running, 0);
     rperf_timer_thread_stop();
+    rperf_task_stat_close(&holder_stat);   /* the timer thread is gone: no reader */
     clear_table();
 }
 
@@ -512,6 +541,7 @@ static void holder_after_fork_child(void)
 {
     atomic_store(&live.running, 0);
     rperf_timer_thread_after_fork();   /* the timer thread does not exist here */
+    rperf_task_stat_close(&holder_stat);   /* it names a task of the parent */
     clear_table();
     mine.index = -1;
 }
@@ -530,5 +560,7 @@ const rperf_backend_ops_t rperf_backend_holder = {
     .thread_attached = holder_attached,
     .tick_cpu = holder_tick_cpu,
     .job_ran = holder_job_ran,
-    .ticks = RPERF_TICKS_JITTERED,
+    /* a C call that keeps the GVL (the late rule's case) is inside a
+     * steady stretch, where the ticks are one period apart */
+    .ticks = RPERF_TICKS_PERIODIC,
 };

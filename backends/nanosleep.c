@@ -245,13 +245,16 @@ static void reset_slots(void)
 /* Timer thread only: whether a job consumed the previous tick's trigger. */
 static bool consumed;
 
-static void deliver(int64_t now)
+/* Never steady (timer_thread.h): this backend does not know which main
+ * Ractor thread the tick reaches, so every period draws its moment anew. */
+static bool deliver(int64_t now)
 {
     consumed = rperf_engine_ticks_unconsumed() == 0;
     /* other Ractors (numbered or new), and in cpu mode the main holder's
      * clock, read before its job is triggered */
     signal_holders(SLOT_OTHER, cpu_clock, now);
     rperf_engine_tick_sigsafe();     /* main Ractor */
+    return false;
 }
 
 /* Timer thread: no thread of any Ractor holds its GVL, so ticks go

@@ -42,6 +42,17 @@ int rperf_tick_signal_send(pid_t tid);
 /* no GVL, no allocation: the kernel's state letter of task `tid` of this
  * process (R, S, D, ... from /proc/self/task/<tid>/stat), 0 if unknown. */
 char rperf_task_state(pid_t tid);
+/* The same through a kept file: one open stat file for the task last asked
+ * about (one reader: the thread that owns `c`; async-signal-safe). Start
+ * with RPERF_TASK_STAT_NONE; close it when done and in a fork child (the
+ * file names the parent's task). */
+typedef struct rperf_task_stat {
+    int fd;
+    pid_t tid;
+} rperf_task_stat_t;
+#define RPERF_TASK_STAT_NONE { -1, 0 }
+char rperf_task_state_cached(rperf_task_stat_t *c, pid_t tid);
+void rperf_task_stat_close(rperf_task_stat_t *c);
 /* Test seam: run by a handler inside its bootstrap re-send section (NULL:
  * nothing; the extension never sets it). */
 extern void (*volatile rperf__tick_signal_resend_hook)(void);

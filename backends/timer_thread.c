@@ -24,6 +24,16 @@
  * more than a period behind when the thread wakes is counted in
  * timer_overruns and the schedule restarts from now.
  *
+ * Steady holders: a thread that has held its GVL across a whole period
+ * (from before the previous tick to this one: the backend's deliver says
+ * so) has no gap to lock a phase onto while it keeps holding it, so its
+ * next tick keeps this tick's moment within the period: while a thread
+ * holds its GVL without a break its ticks are exactly one period apart (a
+ * grid on its own on-GVL time, what :signal's per-thread timers give), and
+ * each new draw comes with a change of holder or a gap. A tick that goes
+ * to nobody, or to a holder that took its GVL since the previous tick, or
+ * a whole period missed, draws again.
+ *
  * The thread blocks every signal (process-directed signals must go to
  * Ruby's threads, and its sleep must not be cut short), and asks the
  * scheduler for the shortest time slice, so that on a CPU it shares with
@@ -197,6 +207,8 @@ static void seed_ticks(void)
     tick_rng = ((uint64_t)mono_ns() ^ ((uint64_t)getpid() << 32)) | 1;
 }
 
+static int64_t tick_offset;       /* the last draw: the deadline's place in its period */
+
 static int64_t next_deadline(int64_t slot)
 {
     tick_rng ^= tick_rng >> 12;
@@ -204,7 +216,8 @@ static int64_t next_deadline(int64_t slot)
     tick_rng ^= tick_rng >> 27;
     uint64_t x = tick_rng * 0x2545F4914F6CDD1DULL;
     double u = (double)(x >> 11) * (1.0 / 9007199254740992.0);   /* [0, 1) */
-    return slot + (int64_t)(u * (double)period);
+    tick_offset = (int64_t)(u * (double)period);
+    return slot + tick_offset;
 }
 
 bool rperf_timer_thread_wake(void)
@@ -277,18 +290,20 @@ static void *tick_main(void *arg)
             continue;
         }
         if (!atomic_load(&running)) break;
-        deliver_fn(now);
+        bool steady = deliver_fn(now);
         rperf_engine_ticker_poke();
         rperf_tick_signal_bootstrap_resend();
         /* the schedule goes on period by period (the wake-up's latency
-         * does not lengthen it), or from now when a whole period late */
+         * does not lengthen it), or from now when a whole period late; a
+         * steady holder's next tick is one period after this one */
         slot += period;
         int64_t missed = (now - slot) / period;
         if (missed > 0) {
             rperf_engine_count_overruns((uint64_t)missed);
             slot = now;
+            steady = false;
         }
-        deadline = next_deadline(slot);
+        deadline = steady ? slot + tick_offset : next_deadline(slot);
         if (idle_fn && idle_fn() && !rperf_tick_signal_bootstrap_pending()) {
             if (idle_ticks++ == 0) idle_since = now;
             if (idle_ticks >= PARK_AFTER && now - idle_since >= PARK_IDLE_NS) {

@@ -13,8 +13,12 @@
 #include <stdint.h>
 
 /* Called on the tick thread once per period (no Ruby API; the engine's
- * tick and tgkill only). `now` is CLOCK_MONOTONIC ns. */
-typedef void (*rperf_deliver_fn)(int64_t now);
+ * tick and tgkill only). `now` is CLOCK_MONOTONIC ns. Returns true when
+ * the tick went to a thread that has held its GVL since before the previous
+ * tick (a steady holder): the next tick then keeps this one's moment within
+ * its period, exactly one period later, instead of a new draw
+ * (timer_thread.c, "steady holders"). */
+typedef bool (*rperf_deliver_fn)(int64_t now);
 
 /* Called on the tick thread after a tick (same rules as deliver): true when
  * no thread can take a tick now (none holds a GVL) and the backend will call

@@ -7,7 +7,9 @@
 // file itself may be loaded). Assertions live in
 // tests/ruby/test_interop_html.rb.
 // usage: NODE_PATH=$RPERF_CACHE/npm/node_modules node html-check.js SPEC.json
-//   SPEC: [{"file": path, "screenshot"?: png path, "zoom"?: frame name,
+//   SPEC: [{"file": path | "url": http URL (a page served live, e.g. the
+//           flamegraph route; "headers"?: extra request headers),
+//           "screenshot"?: png path, "zoom"?: frame name,
 //           "search"?: text, "regex"?: text, "thread"?: seq, "label"?: option text}, …]
 // Prints one JSON line per file; exit 0 unless the browser could not run.
 const fs = require('fs');
@@ -21,11 +23,11 @@ const STATE = `(() => { const r = window.__rperf; return r && {
   matchedText: document.getElementById('matched').textContent }; })()`;
 
 async function run(browser, spec) {
-  const file = path.resolve(spec.file);
-  const url = 'file://' + file;
-  const out = { file: path.basename(file), problems: [], requests: [], steps: {} };
+  const url = spec.url || 'file://' + path.resolve(spec.file);
+  const out = { file: spec.url || path.basename(spec.file), problems: [], requests: [], steps: {} };
   const page = await browser.newPage();
   try {
+    if (spec.headers) await page.setExtraHTTPHeaders(spec.headers);
     page.on('pageerror', (err) => out.problems.push('pageerror: ' + err.message));
     page.on('console', (msg) => { if (msg.type() === 'error' || msg.type() === 'warning') out.problems.push('console ' + msg.type() + ': ' + msg.text()); });
     page.on('dialog', async (d) => { out.problems.push('dialog: ' + d.message()); await d.dismiss(); });

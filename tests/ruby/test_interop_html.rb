@@ -17,6 +17,8 @@ require "tmpdir"
 require "json"
 require "set"
 require "rperf"
+require "rperf/serve"
+require_relative "helper"
 require_relative "../interop/helper"
 
 H = InteropHelper
@@ -27,6 +29,7 @@ H.require_readers!([
 ])
 
 class TestInteropHTML < Test::Unit::TestCase
+  include RperfTestHelper
   NODE_ENV = { "NODE_PATH" => H::NODE_MODULES }.freeze
   CHECK = File.expand_path("../interop/html-check.js", __dir__)
   EXE = File.expand_path("../../exe/rperf", __dir__)
@@ -129,6 +132,36 @@ class TestInteropHTML < Test::Unit::TestCase
   end
 
   # ---- tests ----------------------------------------------------------------
+
+  # The live route, as a user opens it: Chromium fetches
+  # /debug/pprof/flamegraph?seconds=1 from Rperf.serve (behind a token)
+  # while a thread works, and gets a page of that second that renders,
+  # zooms and makes no other request.
+  def test_the_flamegraph_route_opens_in_the_browser
+    Rperf.start(mode: :cpu, frequency: 1000)
+    server = Rperf.serve(port: 0, token: "s3cret")
+    working = true
+    worker = Thread.new do
+      while working
+        rperf_work_a(0.002)
+        sleep 0.001
+      end
+    end
+    url = "http://127.0.0.1:#{server.port}/debug/pprof/flamegraph?seconds=1"
+    r = check([{ url: url, headers: { "Authorization" => "Bearer s3cret" }, zoom: "Object#rperf_work_a" }]).first
+    assert_equal("rperf cpu profile", r["title"])
+    init = r["steps"]["initial"]
+    assert_operator(init["rects"], :>, 1, "the window's stacks are drawn")
+    assert_include(init["visible"], "Object#rperf_work_a")
+    assert_equal("Object#rperf_work_a", r["steps"]["zoomed"]["zoom"])
+    ms = r["header"].filter_map { |x| x[/\ADuration(\d+) ms\z/, 1]&.to_i }.first
+    assert_operator(ms.to_i, :>=, 1000, "a window of the second asked: #{r['header']}")
+  ensure
+    working = false
+    worker&.join(10)
+    server&.stop
+    Rperf.stop if Rperf.running?
+  end
 
   def test_embedded_data_is_safe_json_and_rebuilds_every_stack
     data = rich

@@ -5,7 +5,9 @@
  * earlier run is never handed out (in a fork child the thread CPU clock
  * starts again from zero, so the engine's own monotonicity check could not
  * tell it apart); a fork child whose parent had a handler inside its
- * bootstrap re-send section on another thread never waits for it at stop.
+ * bootstrap re-send section on another thread never waits for it at stop;
+ * :holder's kept stat file reads a task's state and never closes a
+ * descriptor the application reused.
  * Context: a plain C test program (no Ruby); the fake engine of
  * fake_engine.h makes this thread a running Ruby thread for the handler
  * (a wall-mode run: the handler reads whenever the backend asks).
@@ -15,6 +17,7 @@
 #include "fake_engine.h"
 #include "tick_signal.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -127,9 +130,73 @@ RPERF_TEST(a_fork_child_never_waits_for_the_parents_resending_handlers)
     rperf__tick_signal_resend_hook = NULL;
 }
 
+/* A thread that waits to be let go, then exits. */
+static pthread_barrier_t started, finish;
+static _Atomic pid_t waiter_tid;
+
+static void *wait_then_exit(void *arg)
+{
+    (void)arg;
+    atomic_store(&waiter_tid, (pid_t)syscall(SYS_gettid));
+    pthread_barrier_wait(&started);
+    pthread_barrier_wait(&finish);
+    return NULL;
+}
+
+/* The kept stat file of :holder's timer thread: it reads the task's state,
+ * follows a change of task, lets go of a task that exited, and never
+ * closes a descriptor number the application closed and reused for a file
+ * of its own (a daemon closing every descriptor while profiled). */
+RPERF_TEST(the_kept_stat_file_reads_states_and_never_closes_an_application_file)
+{
+    pid_t self = (pid_t)syscall(SYS_gettid);
+    rperf_task_stat_t c = RPERF_TASK_STAT_NONE;
+    RPERF_CHECK_EQ(rperf_task_state_cached(&c, self), 'R');   /* running: asking */
+    int kept = c.fd;
+    RPERF_CHECK(kept >= 0);
+    RPERF_CHECK_EQ(rperf_task_state_cached(&c, self), 'R');
+    RPERF_CHECK_EQ(c.fd, kept);                              /* the same file, reread */
+
+    /* another task, which then exits: its file fails, and is let go */
+    pthread_barrier_init(&started, NULL, 2);
+    pthread_barrier_init(&finish, NULL, 2);
+    pthread_t t;
+    RPERF_CHECK_EQ(pthread_create(&t, NULL, wait_then_exit, NULL), 0);
+    pthread_barrier_wait(&started);
+    pid_t other = atomic_load(&waiter_tid);
+    char st = rperf_task_state_cached(&c, other);
+    RPERF_CHECK(st == 'S' || st == 'R');                     /* in the barrier, or just leaving it */
+    RPERF_CHECK_EQ(c.tid, other);
+    pthread_barrier_wait(&finish);
+    pthread_join(t, NULL);
+    /* gone (a thread joined may still be on its way out of the kernel:
+     * then it reads as a zombie, never as runnable or sleeping) */
+    st = rperf_task_state_cached(&c, other);
+    RPERF_CHECK(st == 0 || st == 'Z' || st == 'X');
+    if (st == 0) RPERF_CHECK_EQ(c.fd, -1);
+
+    /* the application closes the kept descriptor and opens a file that
+     * gets its number: the profiler reads the state anew and leaves the
+     * application's file open */
+    RPERF_CHECK_EQ(rperf_task_state_cached(&c, self), 'R');
+    kept = c.fd;
+    RPERF_CHECK_EQ(close(kept), 0);
+    int app = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    RPERF_CHECK_EQ(app, kept);
+    RPERF_CHECK_EQ(rperf_task_state_cached(&c, self), 'R');
+    RPERF_CHECK(fcntl(app, F_GETFD) >= 0);                   /* still the application's */
+    rperf_task_stat_close(&c);
+    RPERF_CHECK(fcntl(app, F_GETFD) >= 0);
+    RPERF_CHECK_EQ(c.fd, -1);
+    close(app);
+    pthread_barrier_destroy(&started);
+    pthread_barrier_destroy(&finish);
+}
+
 int main(void)
 {
     rperf_engine_init(&host);
     return RPERF_RUN(RPERF_CASE(a_timer_tick_leaves_one_cpu_reading_for_its_own_run),
-                     RPERF_CASE(a_fork_child_never_waits_for_the_parents_resending_handlers));
+                     RPERF_CASE(a_fork_child_never_waits_for_the_parents_resending_handlers),
+                     RPERF_CASE(the_kept_stat_file_reads_states_and_never_closes_an_application_file));
 }
