@@ -60,9 +60,12 @@
 #             window's samples reference; ovf = label_sets_overflowed;
 #             drop = dropped_samples; prof MiB = profiler_memory_bytes
 #
-# Targets (printed next to the measured ratios, not asserted):
-# RSS flat after the second window (within 10 %), minor GC within 1.5x of
-# unprofiled, throughput within 5 % of unprofiled.
+# Targets (printed next to the measured ratios, not asserted), the same for
+# every profiled configuration (raw and normalized alike; the summary ends
+# with one line per configuration: each figure, its target, ok or MISS):
+# RSS flat after the second window (within 10 %), GC time, ms per minor GC
+# and the forced minor GC within 1.5x of unprofiled, throughput within 5 %
+# of unprofiled.
 #
 # Rack and WEBrick: Debian's ruby-rack and ruby-webrick (script/setup
 # installs them); only their own lib directories are put on the load path.
@@ -90,6 +93,11 @@ module RperfSoak
   PARTS = { "server" => [50_000, 25_000, 5_000], "inproc" => [200_000, 100_000, 20_000] }.freeze
   CLIENTS = 4
   TARGETS = { rss: 1.10, gc: 1.5, rps: 0.95 }.freeze
+  # [summary key, label, :max or :min, TARGETS key]: what each profiled
+  # configuration is held to
+  CHECKS = [["rss_growth", "rss w_n/w2", :max, :rss], ["gc_ratio", "gc/off", :max, :gc],
+            ["ms_per_minor_ratio", "ms/minor/off", :max, :gc], ["mark_ratio", "mark/off", :max, :gc],
+            ["rps_ratio", "rps/off", :min, :rps]].freeze
 
   module_function
 
@@ -406,6 +414,18 @@ module RperfSoak
     end
   end
 
+  # Each profiled configuration against TARGETS (the same for all):
+  # {config => [[label, value, :max|:min, target, ok (nil: no figure)], ...]}
+  def verdicts(sum)
+    sum.reject { |c, _| UNPROFILED.include?(c) }.to_h do |c, s|
+      [c, CHECKS.map do |key, label, op, target|
+        v = s[key]
+        t = TARGETS[target]
+        [label, v, op, t, v.nil? ? nil : op == :max ? v <= t : v >= t]
+      end]
+    end
+  end
+
   def print_summary(out, res)
     sum = summary(res)
     out.puts
@@ -421,8 +441,13 @@ module RperfSoak
                       fmt(s["ms_per_minor"]), fmt(s["ms_per_minor_ratio"]), s["mark_ms"],
                       fmt(s["mark_ratio"]), s["bad"], s["drop"])
     end
-    out.puts format("targets:   rps/off >= %.2f   rss w_n/w2 <= %.2f   gc/off, ms/minor/off <= %.1f",
+    out.puts format("targets:   rps/off >= %.2f   rss w_n/w2 <= %.2f   gc/off, ms/minor/off, mark/off <= %.1f",
                     TARGETS[:rps], TARGETS[:rss], TARGETS[:gc])
+    verdicts(sum).each do |c, checks|
+      out.puts format("  %-10s %s", c, checks.map { |label, v, op, t, ok|
+        format("%s %s %s %.2f %s", label, fmt(v, "%.3f"), op == :max ? "<=" : ">=", t, ok.nil? ? "-" : ok ? "ok" : "MISS")
+      }.join("   "))
+    end
     against_tick = sum.select { |_, s| s["rps_tick_ratio"] }
     unless against_tick.empty?
       out.puts "against tick (a bare timer thread at the same frequency, no profiler; per-window, median):"
@@ -487,7 +512,7 @@ module RperfSoak
       print_window_table($stdout, res)
       sum = print_summary($stdout, res)
       puts format("(%s part: %.0f s, load now %s)", part, mono - t, File.read("/proc/loadavg").split[0, 3].join(" "))
-      puts "RPERF_SOAK #{JSON.generate(res.merge('summary' => sum))}" if o[:json]
+      puts "RPERF_SOAK #{JSON.generate(res.merge('summary' => sum, 'verdicts' => verdicts(sum)))}" if o[:json]
     end
   end
 end

@@ -71,15 +71,17 @@ static bool major_gc_now(void)
     return !sym_major_by || !NIL_P(rb_gc_latest_gc_info(sym_major_by));
 }
 
-/* Inside GC. A minor GC never frees old objects, so old frames and label
- * sets (almost all of them after a while) are not marked again: a minor GC
- * costs what changed since, not the size of the profile. */
+/* Inside GC. A minor GC never frees old objects, so old frames (almost
+ * all of them after a while) are not marked again: a minor GC costs what
+ * changed since, not the size of the profile. Label sets are C memory
+ * (ruby/label_table.c): only the rare label values kept as objects are
+ * marked, however many sets there are. */
 static void profiler_mark(void *p)
 {
     (void)p;
     bool minor = !major_gc_now();
     rperf_engine_mark(mark_one, minor ? is_old : NULL);
-    rperf_rb_labels_mark(minor);
+    rperf_rb_labels_mark();
 }
 
 /* Freed only at exit (the object is a registered mark object): Ruby frees

@@ -39,10 +39,11 @@ void rperf_rb_memo_put_locked(uint32_t epoch, uint64_t cur, const rperf_memo_key
 uint64_t rperf_rb_label_merge(VALUE labels, const rperf_memo_key_t *mk);
 /* labels.c: Rperf::Middleware's request label { key => a String of
  * encoding index enc and bytes p[0, n] } (mk: its memo key), applied
- * without a String or Hash when it is known: from the thread's memo, or,
- * for a thread with no labels, the one-pair set from the table by its
- * bytes (then memoised). True: labelled, *prev the previous set's token;
- * false: nothing changed. */
+ * without a String or Hash: from the thread's memo, or, for a thread with
+ * no labels, the one-pair set from the table by its bytes (then
+ * memoised), made there from them when new. True: labelled, *prev the
+ * previous set's token; false: nothing changed (a thread inside an outer
+ * label without a memo hit: the caller merges in full). */
 bool rperf_rb_label_request_fast(const rperf_memo_key_t *mk, VALUE key, int enc, const char *p,
                                  long n, uint64_t *prev);
 

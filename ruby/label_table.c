@@ -1,29 +1,34 @@
 /*
- * label_table.c — the run's interned label sets: id -> frozen, shareable
- * Hash, found by canonical key bytes (built by labels.c). Bounded for
- * servers that run for days with millions of distinct URLs:
+ * label_table.c — the run's interned label sets, kept in C memory: id ->
+ * the set's canonical bytes (its pairs, each a key slice and a value
+ * slice, sorted: label_codec.c) and the order its pairs were given in,
+ * found by those bytes. No Ruby object is made or held for a set: the
+ * Hash of Rperf.labels and of a result's :label_sets is rebuilt from the
+ * bytes on request (labels.c), so a server labelling every request with
+ * its own URL adds no object that Ruby's GC has to mark, sweep or
+ * promote. Keys and values that cannot be rebuilt from bytes (shareable
+ * objects of other classes) are kept by label_objects.c, referenced from
+ * here per set. Bounded for servers that run for days with millions of
+ * distinct URLs:
  *
  * - Window cap: at most `cap` new sets per snapshot window (start option
  *   max_label_sets:, default 65,536). Past it, applications fold into one
  *   overflow set {rperf_label_overflow: true}, counted; never an exception.
  * - Release at snapshot(clear: true): sets no live thread is labelled with
  *   are quarantined for one window (samples pushed before the clear and
- *   aggregated after it still find their Hash; a label applied again finds
+ *   aggregated after it still find their set; a label applied again finds
  *   and revives the same id); at the next clear the ones still unused are
- *   freed (Hash unpinned, key bytes freed, id reusable).
+ *   freed (bytes freed, kept objects unreferenced, id reusable).
  * - Tokens: Ruby code holds (entry epoch << 32 | id). An entry's epoch is
  *   the table's epoch when the id was (re)assigned, and the table's epoch
  *   moves at every start and clear, so a token whose id was freed and given
  *   to another set, or a token of an earlier run, reads as the empty set.
- * - Minor GCs: only sets made since they were last seen old are marked
- *   (a list of young ids), so a minor GC costs what changed.
  *
- * Locking: one mutex (`mu`) over the index, the key bytes, the states and
- * the free lists, taken only around C work (no Ruby call, no Ruby
- * allocation, no interrupt check), so a thread holding it never waits for a
- * GC barrier. Hash VALUEs live in fixed chunks that never move; the mark
- * function reads them without the lock (marking stops every other Ractor
- * at a safe point, never inside this C code).
+ * Locking: one mutex (`mu`) over everything here (and label_objects.c),
+ * taken only around C work (no Ruby call, no Ruby allocation, no interrupt
+ * check), so a thread holding it never waits for a GC barrier, and no GC
+ * marks while a thread is inside it (marking stops every other Ractor at a
+ * safe point, never inside this C code).
  *
  * Contexts: rperf_rb_ltab_* run with the calling Ractor's GVL held (any
  * Ractor) and take `mu` themselves unless named *_locked (caller holds it
@@ -32,28 +37,30 @@
  */
 #include "rperf_ruby.h"
 #include "label_table.h"
+#include "label_codec.h"
+#include "label_objects.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define CHUNK_BITS 10
-#define CHUNK (1u << CHUNK_BITS)
-#define MAX_CHUNKS 16384u               /* 16M ids */
+#define MAX_IDS (1u << 24)               /* 16M ids */
 
 enum { ST_FREE = 0, ST_LIVE = 1, ST_QUAR = 2 };
 
 typedef struct entry {
-    char *bytes;
-    size_t len;
+    uint32_t *block;       /* order[npairs], then the canonical bytes */
+    size_t len;            /* of the bytes */
     uint64_t hash;
     uint32_t epoch;
+    uint32_t npairs;
     uint8_t state;
+    bool overflow;         /* the overflow set */
+    bool has_objects;      /* holds kept objects (label_objects.c) */
 } entry_t;
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static VALUE *_Atomic chunks[MAX_CHUNKS];   /* Hash VALUEs (Qnil when free) */
 static entry_t *entries;                     /* under mu, by id */
 static size_t entries_cap;
 static uint32_t *index_tab;                  /* under mu: id + 1, 0 = empty */
@@ -66,25 +73,12 @@ static uint32_t cap = RPERF_LABEL_CAP_DEFAULT;
 static uint32_t window_new;                  /* sets interned this window */
 static _Atomic uint64_t overflowed;          /* applications folded */
 static uint32_t overflow_id;                 /* 0 = not interned yet */
-static uint32_t *young_ids;                  /* ids whose Hash may be young */
-static size_t n_young, young_cap;
-static bool young_lost;                      /* out of memory: mark all */
-static VALUE overflow_set;
+static size_t live_count;                    /* under mu: entries in the index (LIVE or QUAR) */
+
+static const char overflow_key[] = "\1rperf.overflow";
 
 void rperf_rb_ltab_lock(void) { pthread_mutex_lock(&mu); }
 void rperf_rb_ltab_unlock(void) { pthread_mutex_unlock(&mu); }
-
-static VALUE *slot(uint32_t id)
-{
-    VALUE *c = atomic_load_explicit(&chunks[id >> CHUNK_BITS], memory_order_acquire);
-    return c ? &c[id & (CHUNK - 1)] : NULL;
-}
-
-static VALUE value_at(uint32_t id)
-{
-    VALUE *s = slot(id);
-    return s ? *s : Qnil;
-}
 
 static uint64_t fnv1a(const char *p, size_t n)
 {
@@ -95,6 +89,8 @@ static uint64_t fnv1a(const char *p, size_t n)
 
 uint64_t rperf_rb_ltab_hash(const char *bytes, size_t len) { return fnv1a(bytes, len); }
 
+static const char *entry_bytes(const entry_t *e) { return (const char *)(e->block + e->npairs); }
+
 /* ---- index (under mu) ---------------------------------------------------- */
 
 static void index_insert(uint32_t id)
@@ -104,7 +100,7 @@ static void index_insert(uint32_t id)
     index_tab[i] = id + 1;
 }
 
-/* Rebuild with room for `live` entries: every LIVE entry, nothing else. */
+/* Rebuild with room for `live` entries: every LIVE or QUAR entry. */
 static int index_rebuild(size_t live)
 {
     size_t c = 1024;
@@ -120,8 +116,6 @@ static int index_rebuild(size_t live)
     return 0;
 }
 
-static size_t live_count;    /* under mu: entries in the index (LIVE or QUAR) */
-
 /* A set about to be used: found by its bytes (a quarantined one is revived,
  * keeping its id), or -1. */
 int64_t rperf_rb_ltab_find_locked(const char *bytes, size_t len, uint64_t h)
@@ -129,7 +123,7 @@ int64_t rperf_rb_ltab_find_locked(const char *bytes, size_t len, uint64_t h)
     if (!index_cap) return -1;
     for (size_t i = h & (index_cap - 1); index_tab[i]; i = (i + 1) & (index_cap - 1)) {
         entry_t *e = &entries[index_tab[i] - 1];
-        if (e->hash == h && e->len == len && memcmp(e->bytes, bytes, len) == 0) {
+        if (e->hash == h && e->len == len && memcmp(entry_bytes(e), bytes, len) == 0) {
             e->state = ST_LIVE;
             return index_tab[i] - 1;
         }
@@ -155,7 +149,7 @@ static int64_t take_id(void)
 {
     if (n_free) return free_ids[--n_free];
     uint32_t n = atomic_load_explicit(&count, memory_order_relaxed);
-    if (n >= MAX_CHUNKS * CHUNK) return -1;
+    if (n >= MAX_IDS) return -1;
     if (n >= entries_cap) {
         size_t nc = entries_cap ? entries_cap * 2 : 256;
         entry_t *e = realloc(entries, nc * sizeof(*e));
@@ -164,46 +158,71 @@ static int64_t take_id(void)
         entries = e;
         entries_cap = nc;
     }
-    if (!atomic_load_explicit(&chunks[n >> CHUNK_BITS], memory_order_relaxed)) {
-        VALUE *c = malloc(CHUNK * sizeof(VALUE));
-        if (!c) return -1;
-        for (uint32_t i = 0; i < CHUNK; i++) c[i] = Qnil;
-        atomic_store_explicit(&chunks[n >> CHUNK_BITS], c, memory_order_release);
-    }
     atomic_store_explicit(&count, n + 1, memory_order_release);
     return n;
 }
 
-/* under mu: a new LIVE entry for `set` (or an existing one with the same
- * bytes). Returns the id, the overflow id past the window cap, -1 when out
- * of memory. */
-static int64_t add_locked(const char *bytes, size_t len, uint64_t h, VALUE set)
+/* ---- kept objects of an entry (under mu) ------------------------------------- */
+
+static void ref_objects(const rperf_label_key_t *k)
 {
-    int64_t found = rperf_rb_ltab_find_locked(bytes, len, h);
+    for (size_t i = 0; i < k->nobjs; i++) {
+        /* out of memory, or gone: the set reads that object's inspect */
+        (void)rperf_rb_lobj_ref_locked(k->objs[i].slice, k->objs[i].len, k->objs[i].obj);
+    }
+}
+
+static void unref_objects(const entry_t *e)
+{
+    const char *p = entry_bytes(e);
+    for (size_t at = 0, n; at < e->len; at += n) {
+        n = rperf_rb_label_slice_len(p + at, e->len - at);
+        if (!n) return;
+        if (p[at] == RPERF_LABEL_TAG_OBJECT) rperf_rb_lobj_unref_locked(p + at, n);
+    }
+}
+
+/* ---- adding entries (under mu) -------------------------------------------------- */
+
+/* A copy of the key's order and bytes in one block, or NULL. */
+static uint32_t *new_block(const rperf_label_key_t *k)
+{
+    size_t order_bytes = (size_t)k->npairs * sizeof(uint32_t);
+    uint32_t *b = malloc(order_bytes + k->len + 1);
+    if (!b) return NULL;
+    if (k->npairs) memcpy(b, k->order, order_bytes);
+    memcpy((char *)b + order_bytes, k->bytes, k->len);
+    return b;
+}
+
+/* A new LIVE entry for `k` (or an existing one with the same bytes).
+ * Returns the id, -1 when out of memory. */
+static int64_t add_locked(const rperf_label_key_t *k, bool overflow)
+{
+    int64_t found = rperf_rb_ltab_find_locked(k->bytes, k->len, k->hash);
     if (found >= 0) return found;
     if ((live_count + 1) * 2 > index_cap && index_rebuild(live_count + 1) < 0) return -1;
-    char *copy = malloc(len ? len : 1);
-    if (!copy) return -1;
+    uint32_t *block = new_block(k);
+    if (!block) return -1;
     int64_t id = take_id();
     if (id < 0) {
-        free(copy);
+        free(block);
         return -1;
     }
-    memcpy(copy, bytes, len);
-    entries[id] = (entry_t){ copy, len, h, atomic_load(&epoch), ST_LIVE };
-    *slot((uint32_t)id) = set;
+    entries[id] = (entry_t){ block, k->len, k->hash, atomic_load(&epoch), k->npairs, ST_LIVE, overflow,
+                             k->nobjs > 0 };
+    ref_objects(k);
     index_insert((uint32_t)id);
     live_count++;
-    if (push_id(&young_ids, &n_young, &young_cap, (uint32_t)id) < 0) young_lost = true;
     return id;
 }
 
-int64_t rperf_rb_ltab_intern_locked(const char *bytes, size_t len, uint64_t h, VALUE set)
+int64_t rperf_rb_ltab_intern_locked(const rperf_label_key_t *k)
 {
-    int64_t found = rperf_rb_ltab_find_locked(bytes, len, h);
+    int64_t found = rperf_rb_ltab_find_locked(k->bytes, k->len, k->hash);
     if (found >= 0) return found;
     if (window_new >= cap) return rperf_rb_ltab_overflow_locked();
-    int64_t id = add_locked(bytes, len, h, set);
+    int64_t id = add_locked(k, false);
     if (id >= 0) window_new++;
     return id;
 }
@@ -214,13 +233,14 @@ int64_t rperf_rb_ltab_overflow_locked(void)
 {
     atomic_fetch_add_explicit(&overflowed, 1, memory_order_relaxed);
     if (overflow_id && entries[overflow_id].state == ST_LIVE) return overflow_id;
-    static const char key[] = "\1rperf.overflow";
-    int64_t id = add_locked(key, sizeof(key) - 1, fnv1a(key, sizeof(key) - 1), overflow_set);
+    size_t n = sizeof(overflow_key) - 1;
+    rperf_label_key_t k = { overflow_key, n, fnv1a(overflow_key, n), 0, NULL, NULL, 0 };
+    int64_t id = add_locked(&k, true);
     if (id > 0) overflow_id = (uint32_t)id;
     return id;
 }
 
-/* ---- ids, tokens, sets ---------------------------------------------------- */
+/* ---- ids, tokens, content --------------------------------------------------- */
 
 uint64_t rperf_rb_ltab_token_locked(uint32_t id)
 {
@@ -240,9 +260,46 @@ uint32_t rperf_rb_ltab_decode_locked(uint64_t token)
 
 uint32_t rperf_rb_ltab_epoch_locked(void) { return atomic_load(&epoch); }
 
-VALUE rperf_rb_ltab_set(uint32_t id)
+void rperf_rb_ltab_copy_init(rperf_label_copy_t *c)
 {
-    return id ? value_at(id) : Qnil;
+    memset(c, 0, sizeof(*c));
+    c->block = c->inline_;
+    c->block_cap = sizeof(c->inline_);
+}
+
+void rperf_rb_ltab_copy_free(rperf_label_copy_t *c)
+{
+    if (c->block != c->inline_) free(c->block);
+    rperf_rb_ltab_copy_init(c);
+}
+
+/* Room for n bytes in c's block (malloc, never Ruby's allocator: the
+ * caller holds mu). */
+static bool copy_reserve(rperf_label_copy_t *c, size_t n)
+{
+    if (n <= c->block_cap) return true;
+    void *b = malloc(n);
+    if (!b) return false;
+    if (c->block != c->inline_) free(c->block);
+    c->block = b;
+    c->block_cap = n;
+    return true;
+}
+
+bool rperf_rb_ltab_copy_locked(uint32_t id, rperf_label_copy_t *c)
+{
+    if (id == 0 || id >= atomic_load_explicit(&count, memory_order_relaxed)) return false;
+    const entry_t *e = &entries[id];
+    size_t order_bytes = (size_t)e->npairs * sizeof(uint32_t);
+    if (e->state == ST_FREE || !copy_reserve(c, order_bytes + e->len)) return false;
+    memcpy(c->block, e->block, order_bytes + e->len);
+    c->order = c->block;
+    c->bytes = (const char *)c->block + order_bytes;
+    c->len = e->len;
+    c->npairs = e->npairs;
+    c->overflow = e->overflow;
+    c->quarantined = e->state == ST_QUAR;
+    return true;
 }
 
 uint32_t rperf_rb_ltab_count(void) { return atomic_load_explicit(&count, memory_order_acquire); }
@@ -252,10 +309,10 @@ uint64_t rperf_rb_ltab_overflowed(void) { return atomic_load_explicit(&overflowe
 
 static void free_entry(uint32_t id)
 {
-    free(entries[id].bytes);
-    entries[id].bytes = NULL;
-    entries[id].state = ST_FREE;
-    *slot(id) = Qnil;
+    entry_t *e = &entries[id];
+    if (e->has_objects) unref_objects(e);
+    free(e->block);
+    *e = (entry_t){ .state = ST_FREE };
 }
 
 /* main Ractor, GVL held, at start: every id free, every token stale. */
@@ -267,8 +324,7 @@ void rperf_rb_ltab_reset(uint32_t window_cap)
         if (entries[id].state != ST_FREE) free_entry(id);
     atomic_store_explicit(&count, 1, memory_order_release);   /* id 0 = {} */
     atomic_fetch_add(&epoch, 1);
-    n_free = n_quar = n_young = 0;
-    young_lost = false;
+    n_free = n_quar = 0;
     live_count = 0;
     window_new = 0;
     overflow_id = 0;
@@ -315,44 +371,11 @@ void rperf_rb_ltab_window_clear_locked(const uint32_t *referenced, size_t n_ref)
     atomic_store(&overflowed, 0);
 }
 
-/* ---- results and GC ---------------------------------------------------------- */
+/* ---- GC ------------------------------------------------------------------------- */
 
-/* GVL held: an Array indexed by id (id 0 and freed ids: the empty set). */
-VALUE rperf_rb_ltab_sets(VALUE empty)
-{
-    uint32_t n = rperf_rb_ltab_count();
-    VALUE a = rb_ary_new_capa(n);
-    rb_ary_push(a, empty);
-    for (uint32_t id = 1; id < n; id++) {
-        VALUE h = value_at(id);
-        rb_ary_push(a, NIL_P(h) ? empty : h);
-    }
-    return a;
-}
-
-/* Inside GC (every other Ractor stopped at a safe point, so no label call
- * is inside the table's C code). A minor GC never frees old objects: only
- * the sets on the young list are marked, and those found old (or freed)
- * leave it. A major GC marks every set. */
-void rperf_rb_ltab_mark(bool minor)
-{
-    if (minor && !young_lost) {
-        size_t k = 0;
-        for (size_t i = 0; i < n_young; i++) {
-            VALUE h = value_at(young_ids[i]);
-            if (NIL_P(h) || RB_OBJ_PROMOTED_RAW(h)) continue;
-            rb_gc_mark(h);
-            young_ids[k++] = young_ids[i];
-        }
-        n_young = k;
-        return;
-    }
-    uint32_t n = rperf_rb_ltab_count();
-    for (uint32_t id = 1; id < n; id++) {
-        VALUE h = value_at(id);
-        if (!NIL_P(h)) rb_gc_mark(h);
-    }
-}
+/* Inside GC: the sets themselves are C memory; only their kept objects
+ * (label_objects.c) are Ruby objects. */
+void rperf_rb_ltab_mark(void) { rperf_rb_lobj_mark(); }
 
 /* ---- fork: the mutex is held across fork() and made anew in the child --- */
 
@@ -362,10 +385,6 @@ static void fork_child(void) { pthread_mutex_init(&mu, NULL); }
 
 void rperf_rb_ltab_init(void)
 {
-    VALUE h = rb_hash_new();
-    rb_hash_aset(h, ID2SYM(rb_intern("rperf_label_overflow")), Qtrue);
-    overflow_set = rb_ractor_make_shareable(rb_obj_freeze(h));
-    rb_gc_register_mark_object(overflow_set);
     atomic_store(&count, 1);
     pthread_atfork(fork_prepare, fork_parent, fork_child);
 }

@@ -1,7 +1,8 @@
 /*
  * label_table.h — the interned label-set table of ruby/label_table.c (ids,
- * tokens, window cap and release, GC marking). Used by labels.c, api.c and
- * result.c only. Context: see label_table.c.
+ * tokens, the bytes each set is kept as, window cap and release). Used by
+ * labels.c, label_codec.c, label_objects.c and api.c (via labels.c).
+ * Context: see label_table.c.
  */
 #ifndef RPERF_LABEL_TABLE_H
 #define RPERF_LABEL_TABLE_H
@@ -13,13 +14,49 @@
 
 #define RPERF_LABEL_CAP_DEFAULT 65536u
 
+/* A kept object of a set being made (label_objects.c): its slice inside
+ * the set's bytes, and the object (Qundef: kept already by another set). */
+typedef struct rperf_label_obj {
+    const char *slice;
+    size_t len;
+    VALUE obj;
+} rperf_label_obj_t;
+
+/* A set to intern: its canonical bytes (pairs sorted, label_codec.c),
+ * hash, the order its pairs were given in (order[i]: the sorted index of
+ * the i-th given pair) and its kept objects. */
+typedef struct rperf_label_key {
+    const char *bytes;
+    size_t len;
+    uint64_t hash;
+    uint32_t npairs;
+    const uint32_t *order;
+    const rperf_label_obj_t *objs;
+    size_t nobjs;
+} rperf_label_key_t;
+
+/* A set's content copied out of the table (rperf_rb_ltab_copy_locked):
+ * reusable; `block` is malloc'd beyond `inline_`, freed by
+ * rperf_rb_ltab_copy_free. */
+typedef struct rperf_label_copy {
+    const uint32_t *order;
+    const char *bytes;
+    size_t len;
+    uint32_t npairs;
+    bool overflow;            /* the overflow set (no pairs of its own) */
+    bool quarantined;         /* released at the last clear, not used since */
+    void *block;
+    size_t block_cap;
+    uint32_t inline_[64];
+} rperf_label_copy_t;
+
 void rperf_rb_ltab_init(void);
 void rperf_rb_ltab_lock(void);
 void rperf_rb_ltab_unlock(void);
 uint64_t rperf_rb_ltab_hash(const char *bytes, size_t len);
 /* under the lock */
 int64_t rperf_rb_ltab_find_locked(const char *bytes, size_t len, uint64_t hash);
-int64_t rperf_rb_ltab_intern_locked(const char *bytes, size_t len, uint64_t hash, VALUE set);
+int64_t rperf_rb_ltab_intern_locked(const rperf_label_key_t *key);
 int64_t rperf_rb_ltab_overflow_locked(void);
 uint64_t rperf_rb_ltab_token_locked(uint32_t id);
 uint32_t rperf_rb_ltab_decode_locked(uint64_t token);
@@ -27,12 +64,15 @@ uint32_t rperf_rb_ltab_decode_locked(uint64_t token);
  * id be freed, revived or given to another set. */
 uint32_t rperf_rb_ltab_epoch_locked(void);
 void rperf_rb_ltab_window_clear_locked(const uint32_t *referenced, size_t n_ref);
+/* id's content into *out (false: a free id, or out of memory) */
+bool rperf_rb_ltab_copy_locked(uint32_t id, rperf_label_copy_t *out);
 /* no lock needed */
-VALUE rperf_rb_ltab_set(uint32_t id);
+void rperf_rb_ltab_copy_init(rperf_label_copy_t *c);
+void rperf_rb_ltab_copy_free(rperf_label_copy_t *c);
 uint32_t rperf_rb_ltab_count(void);
 uint64_t rperf_rb_ltab_overflowed(void);
 void rperf_rb_ltab_reset(uint32_t window_cap);
-VALUE rperf_rb_ltab_sets(VALUE empty);
-void rperf_rb_ltab_mark(bool minor);
+/* inside GC */
+void rperf_rb_ltab_mark(void);
 
-#endif
+#endif /* RPERF_LABEL_TABLE_H */

@@ -2,15 +2,17 @@
  * request_label.c — Rperf._c_label_request(key, env, normalized), the fast
  * path of Rperf::Middleware#call: the request's endpoint label
  * ("METHOD PATH", PATH with its ids folded when `normalized`) applied
- * straight from the Rack env's bytes, with no String, Hash or Ruby call,
- * when its label set is known (labels.c, rperf_rb_label_request_fast): a
- * thread with no labels (the usual request, and every request of a fresh
- * thread under a thread-per-connection server) takes the one-pair set from
- * the label table by its canonical bytes; a thread inside an outer label
- * takes the merged set from its label memo (label_memo.c). It pays one
- * Hash lookup per header, a byte scan, a hash of ~40 bytes and one lock.
- * A set not known yet makes the value String and the labels Hash and
- * merges them in full, as Rperf.label would (and memoises the merge).
+ * straight from the Rack env's bytes, with no String, Hash or Ruby call
+ * (labels.c, rperf_rb_label_request_fast): a thread with no labels (the
+ * usual request, and every request of a fresh thread under a
+ * thread-per-connection server) takes the one-pair set from the label
+ * table by its canonical bytes, or makes it there from them when it is
+ * new (a raw URL); a thread inside an outer label takes the merged set
+ * from its label memo (label_memo.c). It pays one Hash lookup per header,
+ * a byte scan, a hash of ~40 bytes and one lock. A thread inside an outer
+ * label whose merge is not memoised yet makes the value String and the
+ * labels Hash and merges them in full, as Rperf.label would (and memoises
+ * the merge).
  *
  * Returns the token of the thread's previous set (the middleware restores
  * it after the request), 0 when the profiler is not running (nothing to

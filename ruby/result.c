@@ -2,8 +2,9 @@
  * result.c — turns the engine's results into the Ruby result Hash of
  * Rperf.stop / Rperf.snapshot (Symbol keys, leaf-first [path, label] frames,
  * [frames, weight, thread_seq, label_set_id] tuples (samples with the same
- * frames share one frozen frames Array), label_sets from the C
- * label table, and the per-thread table :threads).
+ * frames share one frozen frames Array), label_sets built from the C
+ * label table (labels.c; the sets released at the last clear only where
+ * the samples use them), and the per-thread table :threads).
  *
  * Context: GVL held, with the worker parked (snapshot) or joined (stop).
  * Allocates Ruby objects, so GC may run meanwhile; the engine's mark
@@ -29,6 +30,7 @@ typedef struct stack_slot {
 typedef struct build_ctx {
     VALUE pairs;      /* frame id -> frozen [path, label] */
     VALUE samples;
+    VALUE used_sets;  /* String as bytes: 1 at each label set id a sample uses */
     bool raw;
     stack_slot_t *stacks;     /* open addressing, power-of-two capacity */
     size_t cap, n;
@@ -111,6 +113,7 @@ static int add_sample(const rperf_result_sample_t *s, void *arg)
         : rb_ary_new_from_args(4, frames, LL2NUM(s->weight), UINT2NUM(s->thread_seq),
                                UINT2NUM(s->label_set_id));
     rb_ary_push(c->samples, tuple);
+    if (s->label_set_id < (uint32_t)RSTRING_LEN(c->used_sets)) RSTRING_PTR(c->used_sets)[s->label_set_id] = 1;
     return 0;
 }
 
@@ -158,6 +161,10 @@ static int add_thread(const rperf_result_thread_t *t, void *arg)
     return 0;
 }
 
+/* The samples and label sets are built before the result Hash that holds
+ * them, so that the Hash is young when the caller drops it: an old one
+ * (aged through the GCs a large build triggers) would keep them alive
+ * through minor GCs until a major one. */
 VALUE rperf_rb_build_result(bool raw)
 {
     const rperf_config_t *cfg = rperf_engine_config();
@@ -167,6 +174,17 @@ VALUE rperf_rb_build_result(bool raw)
     clock_gettime(CLOCK_MONOTONIC, &now);
     int64_t mono = (int64_t)now.tv_sec * 1000000000LL + now.tv_nsec;
 
+    long nsets = (long)rperf_rb_label_set_count();
+    build_ctx_t c = { rb_ary_new(), rb_ary_new(), rb_str_new(NULL, nsets), raw, NULL, 1024, 0 };
+    memset(RSTRING_PTR(c.used_sets), 0, (size_t)nsets);
+    c.stacks = calloc(c.cap, sizeof(*c.stacks));
+    rb_ensure(each_sample, (VALUE)&c, free_stacks, (VALUE)&c);   /* may raise NoMemoryError */
+    VALUE sets = rperf_rb_label_set_count() > 1
+        ? rperf_rb_label_sets((const uint8_t *)RSTRING_PTR(c.used_sets), (size_t)RSTRING_LEN(c.used_sets))
+        : Qundef;
+    VALUE threads = rb_ary_new();
+    rperf_result_each_thread(add_thread, (void *)threads);
+
     VALUE h = rb_hash_new();
     set(h, "mode", ID2SYM(rb_intern(cfg->clock == RPERF_CLOCK_WALL ? "wall" : "cpu")));
     set(h, "frequency", INT2NUM(cfg->frequency));
@@ -174,9 +192,6 @@ VALUE rperf_rb_build_result(bool raw)
     set(h, "sampling_count", ULL2NUM(st.sampling_count));
     set(h, "sampling_time_ns", ULL2NUM(st.sampling_time_ns));
     set(h, "detected_thread_count", UINT2NUM(st.detected_threads));
-
-    build_ctx_t c = { rb_ary_new(), rb_ary_new(), raw, NULL, 1024, 0 };
-    c.stacks = calloc(c.cap, sizeof(*c.stacks));
     if (!raw) {
         set(h, "unique_frames", SIZET2NUM(rperf_result_frame_count()));
         set(h, "unique_stacks", SIZET2NUM(rperf_result_aggregated_count()));
@@ -186,18 +201,18 @@ VALUE rperf_rb_build_result(bool raw)
      * settled, not when its result is built */
     if (st.end_mono_ns > 0) mono = st.end_mono_ns;
     set(h, "duration_ns", LL2NUM(mono - st.start_mono_ns));
-    rb_ensure(each_sample, (VALUE)&c, free_stacks, (VALUE)&c);   /* may raise NoMemoryError */
     set(h, raw ? "raw_samples" : "aggregated_samples", c.samples);
-    if (rperf_rb_label_set_count() > 1) set(h, "label_sets", rperf_rb_label_sets());
+    if (sets != Qundef) set(h, "label_sets", sets);
     set(h, "label_sets_overflowed", ULL2NUM(rperf_rb_labels_overflowed()));
     set(h, "backend", ID2SYM(rb_intern(cfg->backend->name)));
     set(h, "dropped_samples", ULL2NUM(st.dropped_samples));
     set(h, "timer_overruns", ULL2NUM(st.timer_overruns));
     set(h, "profiler_memory_bytes", SIZET2NUM(rperf_engine_memory_bytes()));
     set(h, "allocator", rb_str_new_cstr(rperf_engine_allocator()));
-    VALUE threads = rb_ary_new();
-    rperf_result_each_thread(add_thread, (void *)threads);
     set(h, "threads", threads);
     RB_GC_GUARD(c.pairs);
+    RB_GC_GUARD(c.used_sets);
+    RB_GC_GUARD(sets);
+    RB_GC_GUARD(threads);
     return h;
 }

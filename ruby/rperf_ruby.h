@@ -44,8 +44,11 @@ size_t rperf_rb_thread_name(char *buf, size_t cap);
 void rperf_rb_labels_init(VALUE mRperf);
 void rperf_rb_labels_reset(uint32_t window_cap);
 void rperf_rb_labels_window_clear(void);
-void rperf_rb_labels_mark(bool minor);
-VALUE rperf_rb_label_sets(void);
+/* inside GC: the label values kept as objects (label_objects.c) */
+void rperf_rb_labels_mark(void);
+/* GVL held, main Ractor: the sets' Hashes by id, built now; used[id]:
+ * the result's samples use id (ids >= n_used: unknown, listed) */
+VALUE rperf_rb_label_sets(const uint8_t *used, size_t n_used);
 uint32_t rperf_rb_label_set_count(void);
 uint64_t rperf_rb_labels_overflowed(void);
 /* GVL held: a labelled block's start (labels: a Hash or nil) and end */

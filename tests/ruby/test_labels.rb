@@ -80,7 +80,7 @@ class TestLabels < Test::Unit::TestCase
   # key order or the values' encodings; values that are not shareable are
   # stored as frozen String copies.
   def test_label_sets_interned_by_content
-    Rperf.start(frequency: 100)
+    Rperf.start(frequency: 1000)
     mutable = +"GET /a"
     ids = []
     # _c_get_label returns a token: the run's generation << 32 | the set's id
@@ -98,6 +98,9 @@ class TestLabels < Test::Unit::TestCase
     assert_equal(ids[0], ids[1], "key order does not matter")
     assert_not_equal(ids[0], ids[2], "different bytes are a different set")
     assert_equal(ids[3], ids[4], "the stored copy is not affected by later mutation")
+    # a result lists the sets its samples use
+    Rperf.label(b: "\xff".b, a: 1, c: "ü") { rperf_labelled_work(0.03) }
+    Rperf.label(path: "GET /a") { rperf_labelled_work(0.03) }
     sets = Rperf.stop[:label_sets]
     assert_equal({ a: 1, b: "\xff".b, c: "ü" }, sets[ids[0]])
     assert_equal({ path: "GET /a" }, sets[ids[3]])
@@ -153,8 +156,8 @@ class TestLabels < Test::Unit::TestCase
   end
 
   def test_values_kept_as_given
-    result = Rperf.start(frequency: 100) do
-      Rperf.label(int: 42, str: "s", sym: :v) { rperf_labelled_work(0.005) }
+    result = Rperf.start(frequency: 1000) do
+      Rperf.label(int: 42, str: "s", sym: :v) { rperf_labelled_work(0.03) }
     end
     assert_include(result[:label_sets], { int: 42, str: "s", sym: :v })
   end
@@ -350,5 +353,122 @@ class TestLabels < Test::Unit::TestCase
     raw = rperf_samples_with(result, "Object#rperf_labelled_work", key: :raw_samples)
     assert_not_empty(raw)
     raw.each { |s| assert_equal(id, s[3]) }
+  end
+
+  # ---- label sets live in C memory; Ruby objects only on request ----------
+
+  LabelPoint = Struct.new(:x, :y)
+
+  COMMON_VALUES = {
+    str: "GET /users/1", bin: "\xff\x00".b, latin: "caf\xe9".dup.force_encoding("ISO-8859-1"), empty: "",
+    sym: :checkout, int: 42, neg: -7, big: 2**70, nbig: -(3**50), float: 1.25, nzero: -0.0,
+    yes: true, no: false
+  }.freeze
+
+  def assert_same_values(expected, got, where)
+    assert_equal(expected, got, where)
+    assert_equal(expected.keys, got.keys, "#{where}: keys in the order given")
+    expected.each do |k, v|
+      assert_equal(v.class, got[k].class, "#{where}: #{k} keeps its class")
+      assert_equal(v.encoding, got[k].encoding, "#{where}: #{k} keeps its encoding") if v.is_a?(String)
+      assert_equal(v.to_s, got[k].to_s, "#{where}: #{k} (-0.0 stays -0.0)") if v.is_a?(Float)
+    end
+    assert_predicate(got, :frozen?, where)
+    assert(Ractor.shareable?(got), "#{where}: shareable")
+  end
+
+  def test_common_label_values_come_back_equal_and_of_their_class
+    Rperf.start(frequency: 1000)
+    Rperf.label(**COMMON_VALUES) do
+      assert_same_values(COMMON_VALUES, Rperf.labels, "Rperf.labels")
+      rperf_labelled_work(0.03)   # samples, so the result lists the set
+    end
+    Rperf.label(tenant: "acme") do
+      Rperf.label(**COMMON_VALUES) do
+        assert_same_values({ tenant: "acme", **COMMON_VALUES }, Rperf.labels, "merged into a set")
+      end
+    end
+    sets = Rperf.stop[:label_sets]
+    got = sets.find { |h| h.key?(:big) && !h.key?(:tenant) }
+    assert_not_nil(got, sets.inspect)
+    assert_same_values(COMMON_VALUES, got, ":label_sets")
+  end
+
+  # Shareable values of other classes are kept as the objects given (a
+  # frozen Struct, a Range, a Rational, a Class); values that are not
+  # shareable become the frozen String of their to_s.
+  def test_other_label_values_are_kept_as_given
+    point = LabelPoint.new(1, 2).freeze
+    range = (1..3)
+    Rperf.start(frequency: 1000)
+    Rperf.label(point: point, range: range, ratio: 3r, klass: String, list: [1, 2]) do
+      rperf_labelled_work(0.03)   # samples, so the result lists the set
+      got = Rperf.labels
+      assert_same(point, got[:point])
+      assert_same(range, got[:range])
+      assert_equal(3r, got[:ratio])
+      assert_same(String, got[:klass])
+      assert_equal("[1, 2]", got[:list], "a mutable value is its to_s")
+      assert_predicate(got[:list], :frozen?)
+    end
+    sets = Rperf.stop[:label_sets]
+    assert_include(sets, { point: point, range: range, ratio: 3r, klass: String, list: "[1, 2]" })
+  end
+
+  # Label sets are bytes in C: 20,000 distinct sets add no Ruby object that
+  # stays alive (the profiler's GC marking is the same whatever their
+  # number), where a Hash and a String per set would add ~40,000.
+  def live_slots_with_label_sets(count)
+    Rperf.start(frequency: 100)
+    count.times { |i| Rperf.label(url: "GET /users/#{i}") }
+    Rperf.label(url: nil)
+    GC.start(full_mark: true, immediate_sweep: true)
+    GC.start(full_mark: true, immediate_sweep: true)
+    GC.stat(:heap_live_slots)
+  ensure
+    Rperf.stop
+  end
+
+  def test_many_label_sets_add_no_live_ruby_objects
+    live_slots_with_label_sets(20_000)   # warm up: code paths, memo, table capacity
+    one = live_slots_with_label_sets(1)
+    many = live_slots_with_label_sets(20_000)
+    assert_operator(many - one, :<, 2000,
+                    "live slots: #{one} with 1 label set, #{many} with 20,000 (a Hash and String each would be ~40,000)")
+  end
+
+  # snapshot(clear: true) quarantines the sets no thread uses, then frees
+  # them: their ids are given to new sets, every result names the sets its
+  # samples used (and only those: the others read as the empty set), and
+  # objects kept for freed sets can be collected.
+  def test_snapshot_clear_releases_and_reuses_label_sets
+    Rperf.start(frequency: 1000)
+    weak = ObjectSpace::WeakMap.new
+    50.times do |i|
+      point = LabelPoint.new(i, -i).freeze
+      weak[point] = true
+      Rperf.label(path: "/old/#{i}", point: point) { }
+    end
+    assert_equal(51, Rperf.snapshot(clear: true)[:label_sets].size, "50 sets and the empty one")
+    Rperf.snapshot(clear: true)   # quarantined ...
+    Rperf.snapshot(clear: true)   # ... then freed
+    ids = {}
+    50.times do |i|
+      Rperf.label(path: "/new/#{i}") { ids[i] = Rperf.send(:_c_get_label) & 0xffff_ffff }
+    end
+    Rperf.label(path: "/new/7") { rperf_labelled_work(0.03) }
+    res = Rperf.snapshot(clear: true)
+    assert_equal(51, res[:label_sets].size, "freed ids are given to new sets")
+    assert_equal(ids.values.sort, ids.values.uniq.sort, "50 distinct ids")
+    assert(ids.values.all? { |id| id.between?(1, 50) }, "freed ids are given to new sets: #{ids.values.sort}")
+    ids.each { |i, id| assert_equal(i == 7 ? { path: "/new/7" } : {}, res[:label_sets][id]) }
+    samples = rperf_samples_with(res, "Object#rperf_labelled_work")
+    assert_not_empty(samples, rperf_describe(res))
+    samples.each { |s| assert_equal({ path: "/new/7" }, res[:label_sets][s[3]]) }
+    GC.start(full_mark: true, immediate_sweep: true)
+    GC.start
+    assert_operator(weak.keys.size, :<, 50, "objects kept for freed label sets can be collected")
+  ensure
+    Rperf.stop
   end
 end

@@ -98,7 +98,7 @@ module Rperf
     # The request runs labelled; the thread's previous labels come back
     # after it, also when the app raises. With a built-in label a plain
     # Rack env is labelled in C from its bytes (ruby/request_label.c: no
-    # String or Hash once the label set exists); a callable label, or an
+    # String or Hash, also for a new label set); a callable label, or an
     # env the C path cannot read exactly as Ruby would, is labelled here,
     # with the same result.
     #
