@@ -146,8 +146,8 @@ class TestPumaCluster < Test::Unit::TestCase
   end
 
   # What the run left, read by the tests.
-  Run = Struct.new(:profile, :worker_cpu, :served, :root, :live, :status, :tmp_left, :failures, :exits, :log,
-                   keyword_init: true)
+  Run = Struct.new(:profile, :worker_cpu, :served, :root, :live, :status, :tmp_left, :failures, :retries, :exits,
+                   :log, keyword_init: true)
 
   class << self
     # The cluster run, made by the first test that needs it (an error in it
@@ -235,8 +235,11 @@ class TestPumaCluster < Test::Unit::TestCase
     end
 
     # One request over a new connection; counts the answering worker.
-    # -> true when answered 200.
-    def request(path)
+    # -> true when answered 200. A connection the server closed before
+    # answering anything (a worker stopping as it is restarted) is tried
+    # once more, as a proxy retries an idempotent GET; the retries are
+    # counted in the context.
+    def request(path, retried: false)
       UNIXSocket.open(@sock) do |s|
         s.timeout = 30
         s.write("GET #{path} HTTP/1.0\r\nHost: localhost\r\n\r\n")
@@ -247,6 +250,9 @@ class TestPumaCluster < Test::Unit::TestCase
       end
     rescue Errno::ENOENT, Errno::ECONNREFUSED
       false # not listening yet
+    rescue Errno::EPIPE, Errno::ECONNRESET => e
+      @lock.synchronize { (retried ? @failures : (@retries ||= [])) << "#{path}: #{e.class}: #{e.message}" }
+      retried ? false : request(path, retried: true)
     rescue IOError, SystemCallError => e
       @lock.synchronize { @failures << "#{path}: #{e.class}: #{e.message}" }
       false
@@ -262,7 +268,7 @@ class TestPumaCluster < Test::Unit::TestCase
       out = File.join(@dir, "cluster.pb.gz")
       Run.new(profile: File.exist?(out) ? Rperf::Report.load(out) : nil, worker_cpu: cpu, served: @served.dup,
               root: read("root.json")&.then { |j| JSON.parse(j) }, status: status, tmp_left: Dir.children(@tmp),
-              failures: @failures.dup, exits: read("exits.txt").to_s, log: @server.tail)
+              failures: @failures.dup, retries: (@retries || []).dup, exits: read("exits.txt").to_s, log: @server.tail)
     end
   end
 
@@ -290,7 +296,7 @@ class TestPumaCluster < Test::Unit::TestCase
 
   def context
     "served: #{@run.served}, worker CPU: #{@run.worker_cpu}, root: #{@run.root}, live: #{@run.live}, failed requests: " \
-      "#{@run.failures.first(5)}\nworker exits:\n#{@run.exits}#{@run.log}"
+      "#{@run.failures.first(5)}, retried: #{@run.retries}\nworker exits:\n#{@run.exits}#{@run.log}"
   end
 
   # Puma's master ends by raising SignalException for TERM
