@@ -43,7 +43,8 @@ int rperf_tick_signal_send(pid_t tid);
  * process (R, S, D, ... from /proc/self/task/<tid>/stat), 0 if unknown. */
 char rperf_task_state(pid_t tid);
 /* The same through a kept file: one open stat file for the task last asked
- * about (one reader: the thread that owns `c`; async-signal-safe). Start
+ * about (one reader: the thread that owns `c`; no GVL, no allocation, not
+ * for a signal handler: it formats with snprintf). Start
  * with RPERF_TASK_STAT_NONE; close it when done and in a fork child (the
  * file names the parent's task). */
 typedef struct rperf_task_stat {
