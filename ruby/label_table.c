@@ -298,7 +298,6 @@ bool rperf_rb_ltab_copy_locked(uint32_t id, rperf_label_copy_t *c)
     c->len = e->len;
     c->npairs = e->npairs;
     c->overflow = e->overflow;
-    c->quarantined = e->state == ST_QUAR;
     return true;
 }
 

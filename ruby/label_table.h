@@ -44,7 +44,6 @@ typedef struct rperf_label_copy {
     size_t len;
     uint32_t npairs;
     bool overflow;            /* the overflow set (no pairs of its own) */
-    bool quarantined;         /* released at the last clear, not used since */
     void *block;
     size_t block_cap;
     uint32_t inline_[64];

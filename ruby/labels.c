@@ -612,11 +612,12 @@ static VALUE build_sets(VALUE arg)
     b->hashes = ALLOCV_N(VALUE, b->tmp, b->n);
     b->hashes[0] = empty_set;
     for (uint32_t id = 1; id < b->n; id++) {
-        b->hashes[id] = Qnil;
+        b->hashes[id] = empty_set;
+        if (!listed(b, id)) continue;
         rperf_rb_ltab_lock();
         bool ok = rperf_rb_ltab_copy_locked(id, &b->c);
         rperf_rb_ltab_unlock();
-        b->hashes[id] = ok && listed(b, id) ? hash_of_copy(&b->c) : empty_set;
+        if (ok) b->hashes[id] = hash_of_copy(&b->c);
     }
     return rb_ary_new_from_values(b->n, b->hashes);
 }

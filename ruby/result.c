@@ -3,8 +3,8 @@
  * Rperf.stop / Rperf.snapshot (Symbol keys, leaf-first [path, label] frames,
  * [frames, weight, thread_seq, label_set_id] tuples (samples with the same
  * frames share one frozen frames Array), label_sets built from the C
- * label table (labels.c; the sets released at the last clear only where
- * the samples use them), and the per-thread table :threads).
+ * label table for the sets the samples use (labels.c; {} at other ids),
+ * and the per-thread table :threads).
  *
  * Context: GVL held, with the worker parked (snapshot) or joined (stop).
  * Allocates Ruby objects, so GC may run meanwhile; the engine's mark
