@@ -246,6 +246,10 @@ bool rperf__ring_push(rperf_thread_t *pt, rperf_sample_type_t type, int64_t weig
 bool rperf__ring_push_pair(rperf_thread_t *pt, rperf_sample_type_t type, int64_t weight,
                            int64_t weight2, int64_t mono_ns, const rperf_frame_t *frames,
                            int depth);
+/* own: an allocation record (core/heap.c), recorded outside profile
+ * blocks' muting (the caller decides). */
+bool rperf__ring_push_alloc(rperf_thread_t *pt, rperf_sample_type_t type, int64_t weight,
+                            int64_t token, const rperf_frame_t *frames, int depth);
 typedef struct rperf_decoded {
     rperf_sample_type_t type;
     uint32_t label_set_id;
@@ -291,6 +295,17 @@ int rperf__agg_each(rperf_sample_cb cb, void *ctx);
 size_t rperf__raw_count(void);
 int rperf__raw_each(rperf_sample_cb cb, void *ctx, int64_t mono_to_real);
 size_t rperf__agg_memory(void);
+
+/* ---- allocations (heap.c) ------------------------------------------------- */
+
+int rperf__heap_init(uint32_t interval);     /* GVL held, at start */
+void rperf__heap_destroy(void);
+/* worker: aggregate an allocation record of thread `thread_seq` */
+int rperf__heap_add(uint32_t thread_seq, const rperf_decoded_t *d, const uint32_t *ids);
+/* GVL held, worker parked: around rperf__frames_clear at a window's clear */
+void rperf__heap_clear_collect(void);
+void rperf__heap_clear_restore(void);
+size_t rperf__heap_memory(void);
 
 /* ---- threads registry (thread_state.c) ---------------------------------- */
 

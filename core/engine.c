@@ -103,8 +103,9 @@ void rperf_engine_leave(void) { atomic_fetch_sub(my_stripe(), 1); }
 
 bool rperf_engine_ticks_wanted(void)
 {
-    return !rperf__engine.cfg.deferred ||
-           atomic_load_explicit(&rperf__engine.profiled_threads, memory_order_relaxed) > 0;
+    return rperf__engine.cfg.time &&
+           (!rperf__engine.cfg.deferred ||
+            atomic_load_explicit(&rperf__engine.profiled_threads, memory_order_relaxed) > 0);
 }
 
 void rperf_engine_tick_sigsafe(void)
@@ -163,6 +164,7 @@ static void free_run(void)
 {
     rperf__frames_destroy();
     rperf__agg_destroy();
+    rperf__heap_destroy();
     rperf__threads_free_all();
     rperf__archive_clear();
     rperf__pages_release_cache();
@@ -197,15 +199,18 @@ int rperf_engine_start(const rperf_config_t *cfg, rperf_thread_t **caller,
     rperf__engine.close_mono_ns = 0;
 
     rperf__epoch_reset();
-    if (rperf__frames_init() < 0 || rperf__agg_init(cfg->aggregate) < 0) {
+    if (rperf__frames_init() < 0 || rperf__agg_init(cfg->aggregate) < 0 ||
+        rperf__heap_init(cfg->alloc_interval) < 0) {
         snprintf(err, errlen, "rperf: failed to allocate the frame table");
         rperf__agg_destroy();
+        rperf__heap_destroy();
         return -1;
     }
     if (rperf__worker_start() < 0) {
         snprintf(err, errlen, "rperf: failed to start the aggregation worker");
         rperf__frames_destroy();
         rperf__agg_destroy();
+        rperf__heap_destroy();
         return -1;
     }
     /* Running before the backend starts: jobs triggered by its bootstrap
@@ -292,7 +297,10 @@ void rperf_engine_resume(bool clear)
     if (clear) {
         /* a new window: nothing of the closed one stays pinned or kept */
         rperf__agg_clear();
+        /* the live heap outlasts the window: its stacks are interned anew */
+        rperf__heap_clear_collect();
         rperf__frames_clear();
+        rperf__heap_clear_restore();
         rperf__archive_clear();
         reset_counters();
         /* the new window starts where the closed one ended: the blocks

@@ -273,6 +273,13 @@ bool rperf__ring_push(rperf_thread_t *pt, rperf_sample_type_t type, int64_t weig
 }
 
 /* own */
+bool rperf__ring_push_alloc(rperf_thread_t *pt, rperf_sample_type_t type, int64_t weight,
+                            int64_t token, const rperf_frame_t *frames, int depth)
+{
+    return push(pt, type, weight, 0, false, token, frames, depth);
+}
+
+/* own */
 bool rperf__ring_push_pair(rperf_thread_t *pt, rperf_sample_type_t type, int64_t weight,
                            int64_t weight2, int64_t mono_ns, const rperf_frame_t *frames, int depth)
 {

@@ -43,7 +43,11 @@ typedef enum {
     RPERF_SAMPLE_GVL_BLOCKED = 1,
     RPERF_SAMPLE_GVL_WAIT = 2,
     RPERF_SAMPLE_GC_MARKING = 3,
-    RPERF_SAMPLE_GC_SWEEPING = 4
+    RPERF_SAMPLE_GC_SWEEPING = 4,
+    /* a sampled allocation (core/heap.c): the class is the leaf word */
+    RPERF_SAMPLE_ALLOC = 5,
+    /* a sampled allocation of an object without a class (internal) */
+    RPERF_SAMPLE_ALLOC_BARE = 6
 } rperf_sample_type_t;
 
 #define RPERF_FRAME_UNKNOWN 4u      /* a frame the engine could not intern */
@@ -102,6 +106,12 @@ typedef struct rperf_config {
      * no thread is inside, no tick is taken and the backends' tick threads
      * park. */
     bool deferred;
+    /* false: an allocation-only run. Threads are then never sampled for
+     * time (as outside profile blocks), and no tick is taken. */
+    bool time;
+    /* 0: no allocation sampling; else the mean number of allocations per
+     * sampled allocation (core/heap.c) */
+    uint32_t alloc_interval;
 } rperf_config_t;
 
 typedef struct rperf_stats {
@@ -334,6 +344,56 @@ typedef int (*rperf_thread_cb)(const rperf_result_thread_t *t, void *ctx);
 int rperf_result_each_thread(rperf_thread_cb cb, void *ctx);
 
 
+/* ---- allocation sampling and the live heap (core/heap.c) ------------------- */
+
+#define RPERF_ALLOC_NO_CLASS UINT32_MAX
+
+/* Allocation hook (own, GVL held; the host serializes the calls): every
+ * allocation while the run samples allocations. Forgets a tracked object
+ * whose address the new one took; true when this allocation is to be
+ * sampled (then call rperf_alloc_record). */
+bool rperf_alloc_seen(uintptr_t obj);
+/* Allocation hook: record the sampled allocation of `obj` (its class, 0
+ * for none; the host's type code; its slot size): the stack of the
+ * current thread with the class at its leaf, and the object tracked. */
+void rperf_alloc_record(uintptr_t obj, uintptr_t klass, uint32_t rtype, uint32_t bytes);
+/* any context: this run samples allocations */
+bool rperf_heap_enabled(void);
+/* GVL held, no allocation hook running, worker parked or joined (a
+ * window's close): forget the tracked objects that are gone (alive says
+ * whether `obj` is still the object sampled, of class `klass` and type
+ * `rtype`) and compute each entry's in-use objects and bytes (memsize:
+ * the object's size now). */
+void rperf_heap_settle(bool (*alive)(uintptr_t obj, uintptr_t klass, uint32_t rtype),
+                       size_t (*memsize)(uintptr_t obj));
+/* Inside GC compaction (world stopped): follow the tracked objects that
+ * moved (location: where the object at an address is now). */
+void rperf_heap_relocate(uintptr_t (*location)(uintptr_t));
+
+typedef struct rperf_heap_stats {
+    uint32_t interval;        /* 0: the run samples no allocations */
+    uint64_t sampled;         /* allocations sampled in this window */
+    uint64_t dropped;         /* of those, lost (no memory, full ring) */
+    uint64_t live;            /* tracked objects alive at the last settle */
+    uint64_t tracked;         /* tracked objects now */
+} rperf_heap_stats_t;
+void rperf_heap_stats(rperf_heap_stats_t *out);   /* GVL held */
+
+/* One (stack, class, thread, label set) entry; results context. Each
+ * sample stands for `interval` allocations: the counts are estimates. */
+typedef struct rperf_result_alloc {
+    const uint32_t *frames;   /* frame ids, leaf first */
+    uint32_t depth;
+    uint32_t class_id;        /* frame id of the class (rperf_result_frame), or
+                                 RPERF_ALLOC_NO_CLASS: then rtype names it */
+    uint32_t rtype;
+    uint32_t thread_seq;
+    uint32_t label_set_id;
+    int64_t alloc_objects, alloc_bytes;
+    int64_t inuse_objects, inuse_bytes;
+} rperf_result_alloc_t;
+typedef int (*rperf_alloc_cb)(const rperf_result_alloc_t *a, void *ctx);
+int rperf_result_each_alloc(rperf_alloc_cb cb, void *ctx);
 
 #ifdef __cplusplus
 }

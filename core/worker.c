@@ -52,6 +52,11 @@ static rperf_thread_t *_Atomic urgent_head;
 static void sink(rperf_thread_t *pt, const rperf_decoded_t *d, const uint32_t *ids, void *ctx)
 {
     (void)ctx;
+    if (d->type >= RPERF_SAMPLE_ALLOC) {
+        if (rperf__heap_add(pt->seq, d, ids) < 0)
+            atomic_fetch_add_explicit(&pt->dropped, 1, memory_order_relaxed);
+        return;
+    }
     uint32_t buf[RPERF_MAX_DEPTH + 1];
     const uint32_t *stack = ids;
     uint32_t depth = d->depth;

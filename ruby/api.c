@@ -92,6 +92,14 @@ static void profiler_mark(void *p)
  * queue still exists: with RUBY_FREE_AT_EXIT=1 Ruby frees that queue
  * before the VM's at-exit hooks run (vm_teardown would be too late, and a
  * tick's trigger would write through a NULL queue). */
+/* Inside GC compaction: the tracked objects of the live heap that moved
+ * (ruby/alloc.c). The engine's frames are pinned and never move. */
+static void profiler_compact(void *p)
+{
+    (void)p;
+    rperf_rb_alloc_relocate();
+}
+
 static void profiler_free(void *p)
 {
     (void)p;
@@ -103,7 +111,8 @@ static void profiler_free(void *p)
  * profiler_mark keeps that cheap in minor GCs). */
 static const rb_data_type_t profiler_type = {
     .wrap_struct_name = "rperf_profiler",
-    .function = { .dmark = profiler_mark, .dfree = profiler_free, .dsize = NULL },
+    .function = { .dmark = profiler_mark, .dfree = profiler_free, .dsize = NULL,
+                  .dcompact = profiler_compact },
     .flags = RUBY_TYPED_FREE_IMMEDIATELY,
 };
 
@@ -113,6 +122,7 @@ static void fork_reset_if_needed(void)
     rperf_rb_child_windows_off();   /* the parent's: a restart sets its own */
     rperf_rb_window_forget();    /* the parent's other threads are gone here */
     rperf_rb_hooks_after_fork_child();
+    rperf_rb_alloc_remove();
     rperf_engine_fork_reset();
 }
 
@@ -176,6 +186,8 @@ static VALUE start_locked(VALUE args)
     cfg.bootstrap = rperf_rb_other_ractors_p();
     cfg.main_mn = rperf_rb_main_mn();
     cfg.deferred = RTEST(argv[8]);
+    cfg.alloc_interval = NUM2UINT(argv[9]);
+    cfg.time = RTEST(argv[10]);
     if (!cfg.backend) rb_raise(rb_eArgError, "unknown backend");
     char err[256] = "rperf: failed to start";
     rperf_thread_t *caller = NULL;
@@ -196,6 +208,7 @@ static VALUE start_locked(VALUE args)
         rperf_rb_hooks_remove();
         rb_raise(rb_eRuntimeError, "%s", err);
     }
+    rperf_rb_alloc_install();
     rperf_thread_set_host_ref(caller, (uintptr_t)rb_thread_current());
     rperf_rb_thread_state_set(rb_thread_current(), caller);
     finish_at_exit = RTEST(finish);
@@ -235,12 +248,14 @@ static void check_start_args(const VALUE *argv)
         rb_raise(rb_eArgError, "ring_size must be a power of two between 1024 and %ld", 1L << 24);
     if (!FIXNUM_P(argv[7]) || FIX2LONG(argv[7]) < 1 || FIX2LONG(argv[7]) > (1L << 23))
         rb_raise(rb_eArgError, "max_label_sets must be an Integer 1..%ld", 1L << 23);
+    if (!FIXNUM_P(argv[9]) || FIX2LONG(argv[9]) < 0 || FIX2LONG(argv[9]) > (1L << 30))
+        rb_raise(rb_eArgError, "alloc_interval must be an Integer 0..%ld", 1L << 30);
 }
 
 static VALUE c_start(int argc, VALUE *argv, VALUE self)
 {
     (void)self;
-    rb_check_arity(argc, 9, 9);
+    rb_check_arity(argc, 11, 11);
     require_main_ractor("start");
     check_start_args(argv);
     lifecycle_lock();
@@ -264,6 +279,8 @@ static bool stop_engine_locked(void)
     rperf_rb_child_windows_off();
     rperf_rb_window_meet_parked();
     rperf_engine_stop();
+    rperf_rb_alloc_remove();
+    rperf_rb_alloc_settle();
     rperf_rb_window_forget();
     rperf_rb_hooks_remove();
     return true;
@@ -444,6 +461,7 @@ static VALUE resume_clear(VALUE clear)
     /* a new window: label sets nobody uses any more are released too */
     if (RTEST(clear)) rperf_rb_labels_window_clear();
     rperf_engine_resume(RTEST(clear));
+    rperf_rb_alloc_pause(false);
     lifecycle_unlock(Qnil);
     return Qnil;
 }
@@ -475,6 +493,7 @@ VALUE rperf_rb_window_take(void)
     if (!rperf_engine_running() || !rperf_engine_config()->aggregate) return lifecycle_unlock(Qnil);
     rperf_rb_window_meet_parked();
     rperf_engine_pause();
+    rperf_rb_alloc_close();
     VALUE data = build_snapshot_protected(Qnil);
     resume_clear(Qtrue);   /* unlocks */
     return data;
@@ -504,6 +523,7 @@ static VALUE c_snapshot(int argc, VALUE *argv, VALUE self)
     }
     rperf_rb_window_meet_parked();
     rperf_engine_pause();
+    rperf_rb_alloc_close();
     VALUE data = rb_ensure(build_snapshot, Qnil, resume_clear, clear);
     /* forked children's profiles join it (ruby/lib/rperf/inherit.rb); a
      * run without children calls no Ruby method here */

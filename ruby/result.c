@@ -32,6 +32,8 @@ typedef struct build_ctx {
     VALUE samples;
     VALUE used_sets;  /* String as bytes: 1 at each label set id a sample uses */
     bool raw;
+    VALUE allocs;       /* :allocations samples */
+    VALUE class_names;  /* class id (or -1 - type) -> name */
     stack_slot_t *stacks;     /* open addressing, power-of-two capacity */
     size_t cap, n;
 } build_ctx_t;
@@ -117,11 +119,34 @@ static int add_sample(const rperf_result_sample_t *s, void *arg)
     return 0;
 }
 
+/* [frames, class_name, alloc_objects, alloc_bytes, inuse_objects,
+ * inuse_bytes, thread_seq, label_set_id]; class names once per class */
+static int add_alloc(const rperf_result_alloc_t *a, void *arg)
+{
+    build_ctx_t *c = arg;
+    rperf_result_sample_t s = { .frames = a->frames, .depth = a->depth };
+    VALUE frames = frames_of(c, &s);
+    VALUE key = a->class_id != RPERF_ALLOC_NO_CLASS ? UINT2NUM(a->class_id)
+                                                     : INT2NUM(-1 - (int)a->rtype);
+    VALUE name = rb_hash_lookup2(c->class_names, key, Qundef);
+    if (name == Qundef) {
+        name = rb_str_freeze(rperf_rb_alloc_class_name(a->class_id, a->rtype));
+        rb_hash_aset(c->class_names, key, name);
+    }
+    VALUE vals[8] = { frames, name, LL2NUM(a->alloc_objects), LL2NUM(a->alloc_bytes),
+                      LL2NUM(a->inuse_objects), LL2NUM(a->inuse_bytes),
+                      UINT2NUM(a->thread_seq), UINT2NUM(a->label_set_id) };
+    rb_ary_push(c->allocs, rb_ary_new_from_values(8, vals));
+    if (a->label_set_id < (uint32_t)RSTRING_LEN(c->used_sets)) RSTRING_PTR(c->used_sets)[a->label_set_id] = 1;
+    return 0;
+}
+
 static VALUE each_sample(VALUE arg)
 {
     build_ctx_t *c = (build_ctx_t *)arg;
     if (c->raw) rperf_result_each_raw(add_sample, c);
     else rperf_result_each_aggregated(add_sample, c);
+    if (rperf_heap_enabled()) rperf_result_each_alloc(add_alloc, c);
     return Qnil;
 }
 
@@ -175,7 +200,8 @@ VALUE rperf_rb_build_result(bool raw)
     int64_t mono = (int64_t)now.tv_sec * 1000000000LL + now.tv_nsec;
 
     long nsets = (long)rperf_rb_label_set_count();
-    build_ctx_t c = { rb_ary_new(), rb_ary_new(), rb_str_new(NULL, nsets), raw, NULL, 1024, 0 };
+    build_ctx_t c = { rb_ary_new(), rb_ary_new(), rb_str_new(NULL, nsets), raw, rb_ary_new(),
+                      rb_hash_new(), NULL, 1024, 0 };
     memset(RSTRING_PTR(c.used_sets), 0, (size_t)nsets);
     c.stacks = calloc(c.cap, sizeof(*c.stacks));
     rb_ensure(each_sample, (VALUE)&c, free_stacks, (VALUE)&c);   /* may raise NoMemoryError */
@@ -186,7 +212,7 @@ VALUE rperf_rb_build_result(bool raw)
     rperf_result_each_thread(add_thread, (void *)threads);
 
     VALUE h = rb_hash_new();
-    set(h, "mode", ID2SYM(rb_intern(cfg->clock == RPERF_CLOCK_WALL ? "wall" : "cpu")));
+    set(h, "mode", ID2SYM(rb_intern(!cfg->time ? "alloc" : cfg->clock == RPERF_CLOCK_WALL ? "wall" : "cpu")));
     set(h, "frequency", INT2NUM(cfg->frequency));
     set(h, "trigger_count", ULL2NUM(st.trigger_count));
     set(h, "sampling_count", ULL2NUM(st.sampling_count));
@@ -210,7 +236,20 @@ VALUE rperf_rb_build_result(bool raw)
     set(h, "profiler_memory_bytes", SIZET2NUM(rperf_engine_memory_bytes()));
     set(h, "allocator", rb_str_new_cstr(rperf_engine_allocator()));
     set(h, "threads", threads);
+    if (rperf_heap_enabled()) {
+        rperf_heap_stats_t hs;
+        rperf_heap_stats(&hs);
+        VALUE a = rb_hash_new();
+        set(a, "interval", UINT2NUM(hs.interval));
+        set(a, "sampled", ULL2NUM(hs.sampled));
+        set(a, "dropped", ULL2NUM(hs.dropped));
+        set(a, "live", ULL2NUM(hs.live));
+        set(a, "samples", c.allocs);
+        set(h, "allocations", a);
+    }
     RB_GC_GUARD(c.pairs);
+    RB_GC_GUARD(c.allocs);
+    RB_GC_GUARD(c.class_names);
     RB_GC_GUARD(c.used_sets);
     RB_GC_GUARD(sets);
     RB_GC_GUARD(threads);

@@ -31,6 +31,22 @@ void rperf_rb_hooks_install(void);
 void rperf_rb_hooks_remove(void);
 void rperf_rb_hooks_after_fork_child(void);
 
+/* alloc.c (allocation sampling: the NEWOBJ hook and the live heap's
+ * questions to Ruby) */
+void rperf_rb_alloc_install(void);
+void rperf_rb_alloc_remove(void);
+void rperf_rb_alloc_pause(bool on);
+void rperf_rb_alloc_settle(void);
+/* at a window's close (worker parked): settle, and no samples until the
+ * window is resumed (rperf_rb_alloc_pause(false)) */
+static inline void rperf_rb_alloc_close(void)
+{
+    rperf_rb_alloc_settle();
+    rperf_rb_alloc_pause(true);
+}
+void rperf_rb_alloc_relocate(void);
+VALUE rperf_rb_alloc_class_name(uint32_t class_id, uint32_t rtype);
+
 /* ractor.c */
 void rperf_rb_ractor_init(void);
 uint32_t rperf_rb_ractor_prepare(void);

@@ -19,7 +19,11 @@ require "stringio"
 module Rperf
   VERSION = "0.7.0"
 
-  MODES = { cpu: 0, wall: 1 }.freeze
+  MODES = { cpu: 0, wall: 1, alloc: 0 }.freeze
+  # Mean number of allocations per sampled allocation (mode: :alloc,
+  # allocations: true): docs/performance.md, "Allocations".
+  DEFAULT_ALLOC_INTERVAL = 1024
+  MAX_ALLOC_INTERVAL = 1 << 30
   # start(inherit:): :fork — a forked child goes on profiling with the same
   # settings and its profile joins the root's (a preloaded server's
   # workers are profiled from the master's start); false — a fork child
@@ -61,7 +65,8 @@ module Rperf
     def start(frequency: 1000, mode: :cpu, backend: nil, exporter: nil, format: nil,
               output: nil, aggregate: true, signal: nil, verbose: false, stat: false,
               ring_size: DEFAULT_RING_SLOTS, max_label_sets: DEFAULT_MAX_LABEL_SETS,
-              allow_signal: false, inherit: DEFAULT_INHERIT, defer: false, &block)
+              allow_signal: false, inherit: DEFAULT_INHERIT, defer: false, allocations: false,
+              alloc_interval: DEFAULT_ALLOC_INTERVAL, &block)
       main_ractor!("start")
       # A fork child's inherited run gives way to the child's own start (a
       # fork child's profiler was stopped in rperf 0.6: `fork { Rperf.start
@@ -71,7 +76,14 @@ module Rperf
 
       validate_frequency(frequency)
       unless MODES.key?(mode)
-        raise ArgumentError, "mode must be :cpu or :wall, got #{mode.inspect}"
+        raise ArgumentError, "mode must be :cpu, :wall or :alloc, got #{mode.inspect}"
+      end
+      unless allocations == true || allocations == false
+        raise ArgumentError, "allocations must be true or false, got #{allocations.inspect}"
+      end
+      unless alloc_interval.is_a?(Integer) && alloc_interval >= 1 && alloc_interval <= MAX_ALLOC_INTERVAL
+        raise ArgumentError,
+              "alloc_interval must be an Integer between 1 and #{MAX_ALLOC_INTERVAL}, got #{alloc_interval.inspect}"
       end
       backend_name, signo = resolve_backend(backend, signal, allow_signal)
       unless ring_size.is_a?(Integer) && ring_size >= 1024 && ring_size <= (1 << 24) &&
@@ -92,6 +104,11 @@ module Rperf
       unless defer == true || defer == false
         raise ArgumentError, "defer must be true or false, got #{defer.inspect}"
       end
+      if defer && mode == :alloc
+        raise ArgumentError,
+              "defer: true needs mode :cpu or :wall (for allocations in profile blocks: allocations: true)"
+      end
+      sampled_interval = mode == :alloc || allocations ? alloc_interval : 0
       output = output.to_path if output.respond_to?(:to_path)
       exporter_name = resolve_exporter(exporter, format, output)
       __check_output(output) if respond_to?(:__check_output, true)
@@ -102,13 +119,15 @@ module Rperf
                # what a forked child starts again with (inherit: :fork)
                start_opts: { frequency: frequency, mode: mode, backend: backend_name.to_sym, signal: signal,
                              aggregate: aggregate ? true : false, ring_size: ring_size,
-                             max_label_sets: max_label_sets, allow_signal: allow_signal, defer: defer },
+                             max_label_sets: max_label_sets, allow_signal: allow_signal, defer: defer,
+                             allocations: allocations, alloc_interval: alloc_interval },
                started_at: Process.clock_gettime(Process::CLOCK_MONOTONIC) }
       # The last argument: a run left going at exit is stopped there (in C)
       # and, when it asked for output or reports, finished like Rperf.stop.
       begin
         _c_start(frequency, MODES[mode], aggregate ? true : false, backend_name.to_s, signo, ring_size,
-                 output || verbose || stat ? true : false, max_label_sets, defer)
+                 output || verbose || stat ? true : false, max_label_sets, defer, sampled_interval,
+                 mode != :alloc)
         # a C exporter writes the output at exit and exec from C: no method
         # the application may have redefined on the way
         if output && aggregate && !(@ruby_exporters || {}).key?(exporter_name)
@@ -516,8 +535,8 @@ end
 
 if ENV["RPERF_ENABLED"] == "1"
   mode = (ENV["RPERF_MODE"] || "cpu")
-  unless %w[cpu wall].include?(mode)
-    raise ArgumentError, "RPERF_MODE must be 'cpu' or 'wall', got: #{mode.inspect}"
+  unless %w[cpu wall alloc].include?(mode)
+    raise ArgumentError, "RPERF_MODE must be 'cpu', 'wall' or 'alloc', got: #{mode.inspect}"
   end
   opts = { frequency: Integer(ENV.fetch("RPERF_FREQUENCY", "1000"), exception: false) || 0,
            mode: mode.to_sym, aggregate: ENV["RPERF_AGGREGATE"] != "0",
@@ -532,6 +551,15 @@ if ENV["RPERF_ENABLED"] == "1"
                        raise(ArgumentError, "RPERF_SIGNAL must be 'false' or an Integer, got #{ENV['RPERF_SIGNAL'].inspect}")
   end
   opts[:allow_signal] = true if ENV["RPERF_ALLOW_SIGNAL"] == "1"
+  if (interval = ENV["RPERF_ALLOC_INTERVAL"]) && !interval.empty?
+    opts[:alloc_interval] = Integer(interval, exception: false) ||
+                            raise(ArgumentError, "RPERF_ALLOC_INTERVAL must be an Integer, got #{interval.inspect}")
+  end
+  case ENV["RPERF_ALLOCATIONS"]
+  when nil, "", "0", "false" then nil
+  when "1", "true" then opts[:allocations] = true
+  else raise ArgumentError, "RPERF_ALLOCATIONS must be '1' or '0', got #{ENV['RPERF_ALLOCATIONS'].inspect}"
+  end
   case ENV["RPERF_DEFER"]
   when nil, "", "0", "false" then nil
   when "1", "true" then opts[:defer] = true

@@ -1,0 +1,203 @@
+/*
+ * alloc.c — the allocation hook of runs that sample allocations, and what
+ * the live heap (core/heap.c) asks of Ruby: is a tracked object still the
+ * one sampled, its size now, where compaction moved it, and the names of
+ * the sampled classes in a result.
+ *
+ * The hook (RUBY_INTERNAL_EVENT_NEWOBJ, raw argument) sits in the main
+ * Ractor's hook list while such a run goes: added at start, removed at
+ * stop (GVL held, main Ractor, never from a hook or a job), so a run
+ * without allocation sampling costs allocations nothing: with a NEWOBJ
+ * hook every allocation takes Ruby's slow path. Ruby runs it inside the
+ * allocation, after the object's header is set, on the allocating thread
+ * holding the main Ractor's GVL: so its calls are serialized, as
+ * core/heap.c needs. It allocates no Ruby object and calls no method (the
+ * stack is read by rb_profile_frames through the engine's host capture).
+ * Allocations of other Ractors run their own hook lists and are not seen
+ * (docs/architecture.md, "Allocations").
+ *
+ * Contexts: the hook — allocation hook (see above); alive/memsize — GVL
+ * held at a window's close; relocate — inside GC compaction; the rest GVL
+ * held, main Ractor.
+ *
+ * Three functions Ruby 3.3 exports for its own extensions (ext/objspace)
+ * but declares only in its internal headers are declared here:
+ * rb_gc_obj_slot_size (a new object's slot: its body is not set up yet
+ * when the hook runs, so its memsize cannot be read then),
+ * rb_obj_memsize_of (ObjectSpace.memsize_of) and
+ * rb_objspace_markable_object_p (a heap address holds a live object,
+ * lazy sweeping included: it reads the slot, so the address is first
+ * checked against the heap's pages, listed by rb_objspace_each_objects,
+ * since the page of a dead object may have been given back).
+ * docs/architecture.md says why each is needed.
+ */
+#include "rperf_ruby.h"
+
+size_t rb_gc_obj_slot_size(VALUE obj);
+size_t rb_obj_memsize_of(VALUE obj);
+int rb_objspace_markable_object_p(VALUE obj);
+void rb_objspace_each_objects(int (*callback)(void *start, void *end, size_t stride, void *data),
+                              void *data);
+
+#include <stdlib.h>
+
+static bool installed;
+/* a window's close is being turned into a result: no new samples */
+static bool paused;
+
+/* Types whose objects have a class at allocation (other types: internal
+ * objects, named by type). */
+static bool classed_type(int t)
+{
+    switch (t) {
+    case T_OBJECT: case T_CLASS: case T_MODULE: case T_FLOAT: case T_STRING:
+    case T_REGEXP: case T_ARRAY: case T_HASH: case T_STRUCT: case T_BIGNUM:
+    case T_FILE: case T_DATA: case T_MATCH: case T_COMPLEX: case T_RATIONAL:
+    case T_SYMBOL:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static void newobj_hook(VALUE data, const rb_trace_arg_t *arg)
+{
+    (void)data;
+    VALUE obj = rb_tracearg_object((rb_trace_arg_t *)arg);
+    if (!rperf_alloc_seen((uintptr_t)obj) || paused) return;
+    int t = RB_BUILTIN_TYPE(obj);
+    VALUE klass = classed_type(t) ? RBASIC_CLASS(obj) : 0;
+    rperf_alloc_record((uintptr_t)obj, (uintptr_t)klass, (uint32_t)t,
+                       (uint32_t)rb_gc_obj_slot_size(obj));
+}
+
+/* A raw-argument hook has its own signature; Ruby's API takes it as an
+ * rb_event_hook_func_t (the cast goes through void (*)(void), the generic
+ * function pointer type, as C11 allows). */
+#define HOOK_FUNC ((rb_event_hook_func_t)(void (*)(void))newobj_hook)
+
+/* GVL held, main Ractor, at start (after the engine started) */
+void rperf_rb_alloc_install(void)
+{
+    if (installed || !rperf_heap_enabled()) return;
+    paused = false;
+    rb_add_event_hook2(HOOK_FUNC, RUBY_INTERNAL_EVENT_NEWOBJ, Qnil,
+                       RUBY_EVENT_HOOK_FLAG_SAFE | RUBY_EVENT_HOOK_FLAG_RAW_ARG);
+    installed = true;
+}
+
+/* GVL held, main Ractor: at stop, and in a fork child's reset */
+void rperf_rb_alloc_remove(void)
+{
+    if (!installed) return;
+    rb_remove_event_hook(HOOK_FUNC);
+    installed = false;
+}
+
+void rperf_rb_alloc_pause(bool on) { paused = on; }
+
+/* The heap's pages at a window's close, sorted by start. */
+typedef struct page_range {
+    uintptr_t start, end;
+} page_range_t;
+static struct {
+    page_range_t *r;
+    size_t n, cap;
+    bool failed;
+} pages;
+
+static int add_page(void *start, void *end, size_t stride, void *data)
+{
+    (void)stride;
+    (void)data;
+    if (pages.n == pages.cap) {
+        size_t cap = pages.cap ? pages.cap * 2 : 1024;
+        page_range_t *r = realloc(pages.r, cap * sizeof(*r));
+        if (!r) {
+            pages.failed = true;
+            return 1;
+        }
+        pages.r = r;
+        pages.cap = cap;
+    }
+    pages.r[pages.n++] = (page_range_t){ (uintptr_t)start, (uintptr_t)end };
+    return 0;
+}
+
+static int cmp_page(const void *a, const void *b)
+{
+    uintptr_t x = ((const page_range_t *)a)->start, y = ((const page_range_t *)b)->start;
+    return x < y ? -1 : x > y;
+}
+
+static bool in_heap(uintptr_t a)
+{
+    size_t lo = 0, hi = pages.n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (pages.r[mid].end <= a) lo = mid + 1;
+        else if (pages.r[mid].start > a) hi = mid;
+        else return true;
+    }
+    return false;
+}
+
+/* The object at obj is still the one sampled: on a page of the heap, a
+ * live object of the same type, and of the same class (singleton classes
+ * made since aside). A page list that could not be made keeps every
+ * object (none is read). */
+static bool alive(uintptr_t obj, uintptr_t klass, uint32_t rtype)
+{
+    VALUE v = (VALUE)obj;
+    if (pages.failed) return true;
+    if (!in_heap(obj) || !rb_objspace_markable_object_p(v) || (uint32_t)RB_BUILTIN_TYPE(v) != rtype) return false;
+    if (!klass) return true;
+    VALUE now = RBASIC_CLASS(v);
+    return now == (VALUE)klass || (now && rb_class_real(now) == rb_class_real((VALUE)klass));
+}
+
+static size_t memsize(uintptr_t obj) { return pages.failed ? 0 : rb_obj_memsize_of((VALUE)obj); }
+
+/* GVL held, no hook running (the caller's thread holds the GVL), worker
+ * parked or joined */
+void rperf_rb_alloc_settle(void)
+{
+    if (!rperf_heap_enabled()) return;
+    /* may run a GC (it finishes one in progress): before the settle, which
+     * allocates nothing, so no compaction moves objects under it */
+    pages.n = 0;
+    pages.failed = false;
+    rb_objspace_each_objects(add_page, NULL);
+    qsort(pages.r, pages.n, sizeof(*pages.r), cmp_page);
+    rperf_heap_settle(alive, memsize);
+    free(pages.r);
+    pages.r = NULL;
+    pages.n = pages.cap = 0;
+}
+
+static uintptr_t location(uintptr_t v) { return (uintptr_t)rb_gc_location((VALUE)v); }
+
+/* inside GC compaction */
+void rperf_rb_alloc_relocate(void) { rperf_heap_relocate(location); }
+
+/* GVL held: the name of a sampled class (frame id) or type */
+VALUE rperf_rb_alloc_class_name(uint32_t class_id, uint32_t rtype)
+{
+    if (class_id != RPERF_ALLOC_NO_CLASS) {
+        VALUE k = (VALUE)rperf_result_frame(class_id);
+        if (k && (RB_TYPE_P(k, T_CLASS) || RB_TYPE_P(k, T_MODULE)))
+            return rb_class_path(rb_class_real(k) ? rb_class_real(k) : k);
+    }
+    static const char *const names[] = {
+        [T_NONE] = "NONE", [T_OBJECT] = "OBJECT", [T_CLASS] = "CLASS", [T_MODULE] = "MODULE",
+        [T_FLOAT] = "FLOAT", [T_STRING] = "STRING", [T_REGEXP] = "REGEXP", [T_ARRAY] = "ARRAY",
+        [T_HASH] = "HASH", [T_STRUCT] = "STRUCT", [T_BIGNUM] = "BIGNUM", [T_FILE] = "FILE",
+        [T_DATA] = "DATA", [T_MATCH] = "MATCH", [T_COMPLEX] = "COMPLEX",
+        [T_RATIONAL] = "RATIONAL", [T_NIL] = "NIL", [T_TRUE] = "TRUE", [T_FALSE] = "FALSE",
+        [T_SYMBOL] = "SYMBOL", [T_FIXNUM] = "FIXNUM", [T_UNDEF] = "UNDEF",
+        [T_IMEMO] = "IMEMO", [T_NODE] = "NODE", [T_ICLASS] = "ICLASS", [T_ZOMBIE] = "ZOMBIE",
+        [T_MOVED] = "MOVED",
+    };
+    const char *n = rtype < sizeof(names) / sizeof(names[0]) && names[rtype] ? names[rtype] : "?";
+    return rb_sprintf("<T_%s>", n);
+}
