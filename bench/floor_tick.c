@@ -14,14 +14,17 @@
  * takes a process-wide rwlock around every thread event it dispatches
  * (thread_pthread.c rb_thread_execute_hooks), three per GVL switch: that
  * cost is the same for every profiler that follows the GVL, and a run with
- * the empty hook shows what rperf's own hook code adds above it.
+ * the empty hook shows what rperf's own hook code adds above it. The same
+ * for allocations: an empty NEWOBJ hook (floor_newobj_on/off), with which
+ * Ruby sends every allocation through its slow path and the hook dispatch.
  *
  * Built as a shared object by bench/floor_tick.rb (cc -O2 -shared -fPIC)
  * and called through Fiddle. Contexts: floor_tick_start/stop and
  * floor_hooks_on/off from Ruby (GVL held; the hook functions are looked up
  * in the running Ruby, no Ruby header needed); tick_main on its own thread,
  * every signal blocked (process-directed signals must go to Ruby's
- * threads); empty_hook wherever Ruby fires thread events (does nothing).
+ * threads); empty_hook wherever Ruby fires thread events, empty_newobj_hook
+ * inside allocations (both do nothing).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -125,5 +128,46 @@ int floor_hooks_off(void)
     if (!hook || !rm) return -1;
     rm(hook);
     hook = NULL;
+    return 0;
+}
+
+/* ---- the empty allocation hook ------------------------------------------ */
+
+/* Ruby 3.3 include/ruby/internal/event.h and include/ruby/debug.h */
+#define NEWOBJ_EVENT 0x100000u
+#define HOOK_FLAG_SAFE 0x01
+#define HOOK_FLAG_RAW_ARG 0x04
+
+typedef void (*raw_hook_cb)(uintptr_t data, const void *trace_arg);
+typedef void (*add_event_hook2_fn)(raw_hook_cb cb, uint32_t events, uintptr_t data, int flags);
+typedef int (*remove_event_hook_fn)(raw_hook_cb cb);
+
+static int newobj_on;
+
+static void empty_newobj_hook(uintptr_t data, const void *trace_arg)
+{
+    (void)data;
+    (void)trace_arg;
+}
+
+/* Installs an empty NEWOBJ hook in the calling Ractor's list (GVL held):
+ * with it every allocation takes Ruby's slow path and the hook dispatch,
+ * the floor of any allocation profiler built on the hook. Returns 0, or
+ * -1 (installed already, or not found). */
+int floor_newobj_on(void)
+{
+    add_event_hook2_fn add = (add_event_hook2_fn)dlsym(RTLD_DEFAULT, "rb_add_event_hook2");
+    if (newobj_on || !add) return -1;
+    add(empty_newobj_hook, NEWOBJ_EVENT, 0 /* Qfalse: nothing to mark */, HOOK_FLAG_SAFE | HOOK_FLAG_RAW_ARG);
+    newobj_on = 1;
+    return 0;
+}
+
+int floor_newobj_off(void)
+{
+    remove_event_hook_fn rm = (remove_event_hook_fn)dlsym(RTLD_DEFAULT, "rb_remove_event_hook");
+    if (!newobj_on || !rm) return -1;
+    rm(empty_newobj_hook);
+    newobj_on = 0;
     return 0;
 }

@@ -12,6 +12,9 @@
 #   FloorTick.stop         # -> wake-ups since start
 #   FloorTick.hooks { ... } # runs the block with an empty Ruby thread event
 #                           # hook installed (Ruby's own dispatch cost)
+#   FloorTick.newobj { ... } # runs the block with an empty allocation
+#                            # (NEWOBJ) hook installed (the floor of any
+#                            # allocation profiler on Ruby's hook)
 
 require "tmpdir"
 
@@ -46,6 +49,18 @@ module FloorTick
       end
     end
 
+    def newobj
+      load!
+      raise "FloorTick: not available (#{@why})" unless @start
+      raise "FloorTick: could not add an allocation hook" unless @newobj_on.call.zero?
+
+      begin
+        yield
+      ensure
+        @newobj_off.call
+      end
+    end
+
     private
 
     def load!
@@ -69,6 +84,8 @@ module FloorTick
       @stop = Fiddle::Function.new(lib["floor_tick_stop"], [], Fiddle::TYPE_LONG)
       @hooks_on = Fiddle::Function.new(lib["floor_hooks_on"], [], Fiddle::TYPE_INT)
       @hooks_off = Fiddle::Function.new(lib["floor_hooks_off"], [], Fiddle::TYPE_INT)
+      @newobj_on = Fiddle::Function.new(lib["floor_newobj_on"], [], Fiddle::TYPE_INT)
+      @newobj_off = Fiddle::Function.new(lib["floor_newobj_off"], [], Fiddle::TYPE_INT)
     end
   end
 end

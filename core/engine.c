@@ -103,7 +103,7 @@ void rperf_engine_leave(void) { atomic_fetch_sub(my_stripe(), 1); }
 
 bool rperf_engine_ticks_wanted(void)
 {
-    return rperf__engine.cfg.time &&
+    return !rperf__engine.cfg.alloc_only &&
            (!rperf__engine.cfg.deferred ||
             atomic_load_explicit(&rperf__engine.profiled_threads, memory_order_relaxed) > 0);
 }

@@ -18,11 +18,13 @@
  * the slot to the table entry it adds the record to.
  *
  * An object's death is learned without a hook on every freed object
- * (which would cost every sweep): a new object at a tracked address means
- * the tracked one was freed (every allocation passes rperf_alloc_seen,
- * whose bloom filter makes that check one bit for untracked addresses),
- * and a window's close asks the host whether each tracked object is still
- * the one that was sampled.
+ * (which would cost every sweep): at the end of each marking the host
+ * reports, the tracked objects it did not mark are retired (a minor
+ * marking checks only the young ones: it frees no old object); a new
+ * object at a tracked address means the tracked one was freed (every
+ * allocation passes rperf_alloc_seen, whose bloom filter makes that check
+ * one bit for untracked addresses); and a window's close asks the host
+ * whether each tracked object is still the one that was sampled.
  *
  * Contexts:
  *  - allocation hook (own: the allocating Ruby thread, holding its GVL;
@@ -32,7 +34,8 @@
  *  - GVL held, no allocation hook running, worker parked or joined:
  *    rperf_heap_settle, rperf_heap_stats, rperf_result_each_alloc,
  *    rperf__heap_clear_*, rperf__heap_init/destroy.
- *  - inside GC compaction (world stopped): rperf_heap_relocate.
+ *  - inside GC (world stopped, no allocation): rperf_heap_gc_marked at
+ *    the end of marking, rperf_heap_relocate in compaction.
  */
 #include "core_internal.h"
 
@@ -54,6 +57,10 @@ typedef struct heap_slot {
     uint32_t bytes;             /* the object's slot size */
     uint32_t next_free;         /* index + 1 of the next free slot */
     uint8_t rtype;              /* the host's type code */
+    uint8_t old;                /* old at a marking: a minor GC never frees it */
+    /* a GC the host did not see ran since it was last known alive: its
+     * page may be gone, so nothing reads it until a settle checks it */
+    uint8_t unverified;
 } heap_slot_t;
 
 typedef struct heap_entry {
@@ -83,6 +90,11 @@ static struct {
     size_t index_cap;           /* power of two */
     uint64_t *bloom;
     size_t bloom_bits;          /* power of two */
+    /* slots sampled since the last marking that may still be young (a
+     * minor marking checks only these; duplicates are harmless) */
+    uint32_t *young;
+    size_t nyoung, young_cap;
+    uint64_t seen_gc;           /* the host's GC count at the last marking seen */
     _Atomic uint64_t sampled;   /* this window */
     _Atomic uint64_t dropped;   /* sampled but not tracked or recorded */
     /* worker side */
@@ -249,6 +261,8 @@ static bool slot_alloc(uint32_t *out)
     return true;
 }
 
+static int grow(void **p, size_t *cap, size_t elem, size_t need);
+
 /* ---- the allocation hook ----------------------------------------------------- */
 
 bool rperf_alloc_seen(uintptr_t obj)
@@ -279,6 +293,11 @@ void rperf_alloc_record(uintptr_t obj, uintptr_t klass, uint32_t rtype, uint32_t
     s->klass = klass;
     s->bytes = bytes;
     s->rtype = (uint8_t)rtype;
+    s->old = 0;
+    s->unverified = 0;
+    if (H.nyoung < H.young_cap ||
+        grow((void **)&H.young, &H.young_cap, sizeof(uint32_t), H.nyoung + 1) == 0)
+        H.young[H.nyoung++] = si;   /* else: checked at the next major marking */
     H.used++;
     index_put(si);
     uint64_t gen = atomic_load_explicit(&s->link, memory_order_relaxed) >> 32;
@@ -429,6 +448,7 @@ void rperf__heap_destroy(void)
                     CHUNK_SLOTS * sizeof(heap_slot_t));
     if (H.index) rperf__free(H.index, H.index_cap * sizeof(uint32_t));
     if (H.bloom) rperf__free(H.bloom, H.bloom_bits / 8);
+    if (H.young) rperf__free(H.young, H.young_cap * sizeof(uint32_t));
     if (H.kept) free(H.kept);
     memset(&H, 0, sizeof(H));
 }
@@ -463,6 +483,7 @@ void rperf_heap_settle(bool (*alive)(uintptr_t obj, uintptr_t klass, uint32_t rt
             retired = true;
             continue;
         }
+        s->unverified = 0;
         heap_entry_t *en = &H.entries[e - 1];
         en->inuse_objects += H.interval;
         en->inuse_bytes += H.interval * (int64_t)memsize(s->obj);
@@ -472,13 +493,64 @@ void rperf_heap_settle(bool (*alive)(uintptr_t obj, uintptr_t klass, uint32_t rt
     if (retired) index_rebuild(H.used);
 }
 
-void rperf_heap_relocate(uintptr_t (*location)(uintptr_t))
+void rperf_heap_gc_seen(uint64_t gc_count) { H.seen_gc = gc_count; }
+
+/* Inside GC at the end of marking, before sweeping (and compaction) and
+ * before any page is given back: retire the tracked objects the marking
+ * did not reach. Every object tracked was alive at the previous marking
+ * seen or allocated since, so its page is still there to be read; after a
+ * marking the host did not see (a GC another Ractor ran), that no longer
+ * holds, and the objects tracked before it wait for a settle. */
+void rperf_heap_gc_marked(uint64_t gc_count, bool major, bool (*marked)(uintptr_t),
+                          bool (*is_old)(uintptr_t))
 {
     if (!H.on) return;
+    bool missed = H.seen_gc && gc_count != H.seen_gc + 1;
+    H.seen_gc = gc_count;
+    if (missed) {
+        for (uint32_t i = 0; i < H.top; i++)
+            if (slot_at(i)->obj) slot_at(i)->unverified = 1;
+        H.nyoung = 0;
+        return;
+    }
+    if (major) {
+        H.nyoung = 0;
+        for (uint32_t i = 0; i < H.top; i++) {
+            heap_slot_t *s = slot_at(i);
+            if (!s->obj || s->unverified) continue;
+            if (!marked(s->obj)) {
+                slot_retire(i, true);
+                continue;
+            }
+            s->old = s->old || is_old(s->obj);
+            if (!s->old && H.nyoung < H.young_cap) H.young[H.nyoung++] = i;
+        }
+        return;
+    }
+    /* a minor marking frees no old object: only the young are checked */
+    size_t keep = 0;
+    for (size_t k = 0; k < H.nyoung; k++) {
+        uint32_t i = H.young[k];
+        heap_slot_t *s = slot_at(i);
+        if (!s->obj || s->old || s->unverified) continue;
+        if (!marked(s->obj)) {
+            slot_retire(i, true);
+            continue;
+        }
+        if (is_old(s->obj)) s->old = 1;
+        else H.young[keep++] = i;
+    }
+    H.nyoung = keep;
+}
+
+void rperf_heap_relocate(uint64_t gc_count, uintptr_t (*location)(uintptr_t))
+{
+    /* a compaction whose marking was not seen may have dead objects here */
+    if (!H.on || gc_count != H.seen_gc) return;
     bool moved = false;
     for (uint32_t i = 0; i < H.top; i++) {
         heap_slot_t *s = slot_at(i);
-        if (!s->obj) continue;
+        if (!s->obj || s->unverified) continue;
         uintptr_t o = location(s->obj);
         if (o != s->obj) {
             s->obj = o;

@@ -106,9 +106,9 @@ typedef struct rperf_config {
      * no thread is inside, no tick is taken and the backends' tick threads
      * park. */
     bool deferred;
-    /* false: an allocation-only run. Threads are then never sampled for
-     * time (as outside profile blocks), and no tick is taken. */
-    bool time;
+    /* An allocation-only run: threads are never sampled for time (as
+     * outside profile blocks), and no tick is taken. */
+    bool alloc_only;
     /* 0: no allocation sampling; else the mean number of allocations per
      * sampled allocation (core/heap.c) */
     uint32_t alloc_interval;
@@ -366,9 +366,17 @@ bool rperf_heap_enabled(void);
  * the object's size now). */
 void rperf_heap_settle(bool (*alive)(uintptr_t obj, uintptr_t klass, uint32_t rtype),
                        size_t (*memsize)(uintptr_t obj));
-/* Inside GC compaction (world stopped): follow the tracked objects that
- * moved (location: where the object at an address is now). */
-void rperf_heap_relocate(uintptr_t (*location)(uintptr_t));
+/* GVL held, at start: the host's GC count (its GCs are numbered 1, 2, …). */
+void rperf_heap_gc_seen(uint64_t gc_count);
+/* Inside GC, at the end of marking GC number gc_count (before sweeping):
+ * retire the tracked objects not marked. major: a full marking (else only
+ * the objects not yet old are checked); is_old: never freed by a minor GC. */
+void rperf_heap_gc_marked(uint64_t gc_count, bool major, bool (*marked)(uintptr_t),
+                          bool (*is_old)(uintptr_t));
+/* Inside GC compaction of GC number gc_count (world stopped): follow the
+ * tracked objects that moved (location: where the object at an address is
+ * now). Nothing is read unless that GC's marking was reported. */
+void rperf_heap_relocate(uint64_t gc_count, uintptr_t (*location)(uintptr_t));
 
 typedef struct rperf_heap_stats {
     uint32_t interval;        /* 0: the run samples no allocations */

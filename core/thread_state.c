@@ -114,7 +114,7 @@ rperf_thread_t *rperf_thread_new(rperf_thread_origin_t origin)
     pt->susp_wall = existing ? window : 0;
     pt->fresh = origin == RPERF_THREAD_CREATED;
     pt->head = RPERF_HEAD_EXACT;
-    pt->muted = rperf__engine.cfg.deferred || !rperf__engine.cfg.time;
+    pt->muted = rperf__engine.cfg.deferred || rperf__engine.cfg.alloc_only;
     if (pt->fresh) atomic_fetch_add_explicit(&rperf__engine.unsettled, 1, memory_order_release);
     rperf_thread_t *head = atomic_load_explicit(&rperf__threads, memory_order_relaxed);
     do {

@@ -17,8 +17,9 @@
  * (docs/architecture.md, "Allocations").
  *
  * Contexts: the hook — allocation hook (see above); alive/memsize — GVL
- * held at a window's close; relocate — inside GC compaction; the rest GVL
- * held, main Ractor.
+ * held at a window's close; relocate and gc_end_mark — inside GC (the
+ * main Ractor's GC hook at the end of marking); the rest GVL held, main
+ * Ractor.
  *
  * Three functions Ruby 3.3 exports for its own extensions (ext/objspace)
  * but declares only in its internal headers are declared here:
@@ -28,7 +29,10 @@
  * rb_objspace_markable_object_p (a heap address holds a live object,
  * lazy sweeping included: it reads the slot, so the address is first
  * checked against the heap's pages, listed by rb_objspace_each_objects,
- * since the page of a dead object may have been given back).
+ * since the page of a dead object may have been given back),
+ * rb_objspace_marked_object_p (at the end of a marking: the tracked
+ * objects the marking did not reach are retired before their pages can
+ * go).
  * docs/architecture.md says why each is needed.
  */
 #include "rperf_ruby.h"
@@ -36,6 +40,7 @@
 size_t rb_gc_obj_slot_size(VALUE obj);
 size_t rb_obj_memsize_of(VALUE obj);
 int rb_objspace_markable_object_p(VALUE obj);
+int rb_objspace_marked_object_p(VALUE obj);
 void rb_objspace_each_objects(int (*callback)(void *start, void *end, size_t stride, void *data),
                               void *data);
 
@@ -81,6 +86,7 @@ void rperf_rb_alloc_install(void)
 {
     if (installed || !rperf_heap_enabled()) return;
     paused = false;
+    rperf_heap_gc_seen((uint64_t)rb_gc_count());
     rb_add_event_hook2(HOOK_FUNC, RUBY_INTERNAL_EVENT_NEWOBJ, Qnil,
                        RUBY_EVENT_HOOK_FLAG_SAFE | RUBY_EVENT_HOOK_FLAG_RAW_ARG);
     installed = true;
@@ -178,7 +184,17 @@ void rperf_rb_alloc_settle(void)
 static uintptr_t location(uintptr_t v) { return (uintptr_t)rb_gc_location((VALUE)v); }
 
 /* inside GC compaction */
-void rperf_rb_alloc_relocate(void) { rperf_heap_relocate(location); }
+void rperf_rb_alloc_relocate(void) { rperf_heap_relocate((uint64_t)rb_gc_count(), location); }
+
+static bool marked(uintptr_t v) { return rb_objspace_marked_object_p((VALUE)v) != 0; }
+static bool old(uintptr_t v) { return RB_OBJ_PROMOTED_RAW((VALUE)v); }
+
+/* inside GC, the main Ractor's GC hook at the end of marking */
+void rperf_rb_alloc_gc_end_mark(void)
+{
+    if (rperf_heap_enabled())
+        rperf_heap_gc_marked((uint64_t)rb_gc_count(), rperf_rb_major_gc_now(), marked, old);
+}
 
 /* GVL held: the name of a sampled class (frame id) or type */
 VALUE rperf_rb_alloc_class_name(uint32_t class_id, uint32_t rtype)

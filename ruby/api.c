@@ -66,7 +66,7 @@ static bool is_old(rperf_frame_t v) { return RB_OBJ_PROMOTED_RAW((VALUE)v); }
  * the key is a Symbol; before the extension has made it (a GC while it
  * loads), every GC counts as major: marking everything is always safe,
  * and a wrong key would raise, allocating inside GC. */
-static bool major_gc_now(void)
+bool rperf_rb_major_gc_now(void)
 {
     return !sym_major_by || !NIL_P(rb_gc_latest_gc_info(sym_major_by));
 }
@@ -79,7 +79,7 @@ static bool major_gc_now(void)
 static void profiler_mark(void *p)
 {
     (void)p;
-    bool minor = !major_gc_now();
+    bool minor = !rperf_rb_major_gc_now();
     rperf_engine_mark(mark_one, minor ? is_old : NULL);
     rperf_rb_labels_mark();
 }
@@ -187,7 +187,7 @@ static VALUE start_locked(VALUE args)
     cfg.main_mn = rperf_rb_main_mn();
     cfg.deferred = RTEST(argv[8]);
     cfg.alloc_interval = NUM2UINT(argv[9]);
-    cfg.time = RTEST(argv[10]);
+    cfg.alloc_only = !RTEST(argv[10]);
     if (!cfg.backend) rb_raise(rb_eArgError, "unknown backend");
     char err[256] = "rperf: failed to start";
     rperf_thread_t *caller = NULL;

@@ -176,7 +176,10 @@ static void gc_hook(rb_event_flag_t ev, VALUE data, VALUE self, ID mid, VALUE kl
     (void)klass;
     if (!rperf_engine_enter()) return;
     if (ev & RUBY_INTERNAL_EVENT_GC_START) rperf_ev_gc(RPERF_GC_START);
-    else if (ev & RUBY_INTERNAL_EVENT_GC_END_MARK) rperf_ev_gc(RPERF_GC_END_MARK);
+    else if (ev & RUBY_INTERNAL_EVENT_GC_END_MARK) {
+        rperf_ev_gc(RPERF_GC_END_MARK);
+        rperf_rb_alloc_gc_end_mark();    /* the live heap's dead objects */
+    }
     else if (ev & RUBY_INTERNAL_EVENT_GC_END_SWEEP) rperf_ev_gc(RPERF_GC_END_SWEEP);
     else if (ev & RUBY_INTERNAL_EVENT_GC_ENTER) rperf_ev_gc(RPERF_GC_ENTER);
     else if (ev & RUBY_INTERNAL_EVENT_GC_EXIT) rperf_ev_gc(RPERF_GC_EXIT);

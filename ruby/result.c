@@ -212,7 +212,7 @@ VALUE rperf_rb_build_result(bool raw)
     rperf_result_each_thread(add_thread, (void *)threads);
 
     VALUE h = rb_hash_new();
-    set(h, "mode", ID2SYM(rb_intern(!cfg->time ? "alloc" : cfg->clock == RPERF_CLOCK_WALL ? "wall" : "cpu")));
+    set(h, "mode", ID2SYM(rb_intern(cfg->alloc_only ? "alloc" : cfg->clock == RPERF_CLOCK_WALL ? "wall" : "cpu")));
     set(h, "frequency", INT2NUM(cfg->frequency));
     set(h, "trigger_count", ULL2NUM(st.trigger_count));
     set(h, "sampling_count", ULL2NUM(st.sampling_count));

@@ -45,6 +45,7 @@ static inline void rperf_rb_alloc_close(void)
     rperf_rb_alloc_pause(true);
 }
 void rperf_rb_alloc_relocate(void);
+void rperf_rb_alloc_gc_end_mark(void);
 VALUE rperf_rb_alloc_class_name(uint32_t class_id, uint32_t rtype);
 
 /* ractor.c */
@@ -89,6 +90,8 @@ void rperf_rb_window_forget(void);
 VALUE rperf_rb_build_result(bool raw);
 
 /* api.c */
+/* inside GC: the GC running now is a major one */
+bool rperf_rb_major_gc_now(void);
 void rperf_rb_api_init(VALUE mRperf);
 /* Before exec, GVL held, any Ractor: stop the run (exec.c) */
 bool rperf_rb_stop_for_exec(void);

@@ -1,8 +1,8 @@
 # frozen_string_literal: true
 
 # tests/ruby/servers_helper.rb — where the real servers of the server tests
-# (test_puma_cluster.rb, test_sidekiq_redis.rb) and bench/cluster.rb come
-# from: pinned gems that script/setup installs with the project's Ruby into
+# (test_puma_cluster.rb, test_sidekiq_redis.rb) and bench/cluster.rb, and
+# the peer profilers of bench/alloc.rb, come from: pinned gems that script/setup installs with the project's Ruby into
 # $RPERF_CACHE/gems/<Ruby version> (default ~/.cache/rperf), and Debian's
 # redis-server. This file is the one place that names the versions and the
 # directory: script/setup asks it which gems to install and where.
@@ -23,7 +23,9 @@ module RperfServers
   GEMS = [
     %w[nio4r 2.7.5], %w[puma 8.0.2],
     %w[connection_pool 3.0.2], %w[redis-client 0.31.0], %w[rack 3.2.8],
-    %w[logger 1.7.0], %w[json 3.1.0], %w[sidekiq 8.1.7]
+    %w[logger 1.7.0], %w[json 3.1.0], %w[sidekiq 8.1.7],
+    # the peers bench/alloc.rb measures beside rperf (allocation sampling)
+    %w[stackprof 0.2.28], %w[vernier 1.12.0]
   ].freeze
 
   module_function

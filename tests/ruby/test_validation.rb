@@ -72,9 +72,9 @@ class TestValidation < Test::Unit::TestCase
   # ---- mode ------------------------------------------------------------------
 
   def test_mode_invalid
-    assert_rejected({ mode: :foo }, "mode must be :cpu or :wall, got :foo")
-    assert_rejected({ mode: "cpu" }, 'mode must be :cpu or :wall, got "cpu"')
-    assert_rejected({ mode: nil }, /mode must be :cpu or :wall/)
+    assert_rejected({ mode: :foo }, "mode must be :cpu, :wall or :alloc, got :foo")
+    assert_rejected({ mode: "cpu" }, 'mode must be :cpu, :wall or :alloc, got "cpu"')
+    assert_rejected({ mode: nil }, /mode must be :cpu, :wall or :alloc/)
     assert_block_not_run(mode: :bar)
   end
 

@@ -58,7 +58,7 @@ static const rperf_backend_ops_t fake_backend = {
 
 /* A run in `clock` mode at `frequency` with the fake backend; NULL on
  * failure (recorded as a failed check). */
-static rperf_thread_t *start_at(int frequency, int clock)
+static inline rperf_thread_t *start_at(int frequency, int clock)
 {
     rperf_config_t cfg = { .frequency = frequency, .clock = clock, .aggregate = true,
                            .ring_slots = 1024, .backend = &fake_backend };
@@ -69,16 +69,16 @@ static rperf_thread_t *start_at(int frequency, int clock)
     return caller;
 }
 
-static rperf_thread_t *start_wall_at(int frequency) { return start_at(frequency, RPERF_CLOCK_WALL); }
-static rperf_thread_t *start_wall(void) { return start_wall_at(1000); }
+static inline rperf_thread_t *start_wall_at(int frequency) { return start_at(frequency, RPERF_CLOCK_WALL); }
+static inline rperf_thread_t *start_wall(void) { return start_wall_at(1000); }
 
 /* Let the monotonic clock move by at least ns (busy work, no sleeping). */
-static void let_ns_pass(int64_t ns)
+static inline void let_ns_pass(int64_t ns)
 {
     int64_t t0 = rperf__mono_ns();
     while (rperf__mono_ns() - t0 < ns) {
     }
 }
-static void let_time_pass(void) { let_ns_pass(20000); }
+static inline void let_time_pass(void) { let_ns_pass(20000); }
 
 #endif

@@ -370,7 +370,7 @@ module Rperf
         # checked by the first start).
         def validate(opts)
           mode = opts.fetch(:mode, :cpu)
-          raise ArgumentError, "start: mode must be :cpu or :wall, got #{mode.inspect}" unless Rperf::MODES.key?(mode)
+          raise ArgumentError, "start: mode must be :cpu or :wall, got #{mode.inspect}" unless %i[cpu wall].include?(mode)
 
           Rperf.send(:validate_frequency, opts.fetch(:frequency, 1000))
           Rperf.send(:resolve_backend, opts[:backend], opts[:signal], opts.fetch(:allow_signal, false))

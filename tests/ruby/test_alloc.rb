@@ -1,0 +1,205 @@
+# frozen_string_literal: true
+# Allocation sampling (mode: :alloc, allocations: true) and the live heap:
+# estimates per method and class against known counts at the default
+# interval, C methods as allocation sites, the live heap after GC, through
+# compaction and across a clearing snapshot, GC.stress, threads, labels,
+# deferred runs, fork, a stop while other threads allocate, and bad options.
+require_relative "helper"
+
+class AllocTestPoint
+  def initialize(x) = @x = x
+end
+
+# Workloads with known allocation counts (one object per iteration each).
+def alloc_points(n) = n.times { |i| AllocTestPoint.new(i) }
+def alloc_pairs(n) = n.times { |i| [i, i] }
+def alloc_hashes(n) = n.times { |i| { k: i } }
+# Integer#to_s is a C method: its Strings are allocated with it as the leaf
+def alloc_in_c(n) = n.times { |i| i.to_s }
+def alloc_keep(keep, n) = n.times { |i| keep << [i] }
+def alloc_churn(n) = n.times { |i| [i] }
+
+class TestAlloc < Test::Unit::TestCase
+  include RperfTestHelper
+
+  def teardown
+    Rperf.stop if Rperf.running?
+    GC.stress = false
+  end
+
+  # {[innermost workload method, class] => [alloc_objects, alloc_bytes, inuse_objects, inuse_bytes]}
+  def by_method(data)
+    out = Hash.new { |h, k| h[k] = [0, 0, 0, 0] }
+    data[:allocations][:samples].each do |frames, cls, *vals, _seq, _set|
+      m = frames.map { |f| f[1] }.find { |l| l.start_with?("Object#alloc_") }
+      next unless m
+
+      vals.each_with_index { |v, i| out[[m, cls]][i] += v }
+    end
+    out
+  end
+
+  def test_estimates_per_method_are_within_5_percent_at_the_default_interval
+    n = 6_000_000
+    data = Rperf.start(mode: :alloc) do
+      alloc_points(n)
+      alloc_pairs(n)
+      alloc_hashes(n)
+      alloc_in_c(n)
+    end
+    assert_equal(:alloc, data[:mode])
+    assert_equal(Rperf::DEFAULT_ALLOC_INTERVAL, data[:allocations][:interval])
+    assert_equal([], data[:aggregated_samples], "an allocation-only run records no time")
+    got = by_method(data)
+    ctx = got.inspect
+    { ["Object#alloc_points", "AllocTestPoint"] => n, ["Object#alloc_pairs", "Array"] => n,
+      ["Object#alloc_hashes", "Hash"] => n, ["Object#alloc_in_c", "String"] => n }.each do |key, want|
+      est = got[key][0]
+      assert_in_delta(want, est, want * 0.05, "#{key.inspect}: #{est} estimated for #{want}\n#{ctx}")
+      # bytes are slots: every object of these classes fills at least one 40-byte slot
+      assert_operator(got[key][1], :>=, est * 40, "#{key.inspect} bytes")
+    end
+    # the C method is the allocation site's leaf frame
+    leafs = data[:allocations][:samples].select { |f, c, *| c == "String" && f.any? { |x| x[1] == "Object#alloc_in_c" } }
+                                        .map { |f, *| f.first[1] }.uniq
+    assert_equal(["Integer#to_s"], leafs)
+  end
+
+  def test_the_live_heap_after_gc_holds_what_the_program_keeps
+    keep = []
+    Rperf.start(mode: :alloc, alloc_interval: 64)
+    alloc_keep(keep, 300_000)
+    alloc_churn(1_000_000)
+    GC.start
+    data = Rperf.snapshot
+    got = by_method(data)
+    kept = got[["Object#alloc_keep", "Array"]]
+    assert_in_delta(300_000, kept[2], 300_000 * 0.08, "in use: #{kept.inspect}")
+    assert_operator(kept[3], :>=, kept[2] * 40, "in-use bytes at least a slot each")
+    churn = got[["Object#alloc_churn", "Array"]]
+    assert_in_delta(1_000_000, churn[0], 1_000_000 * 0.08)
+    assert_operator(churn[2], :<=, churn[0] / 100, "garbage collected is not in use: #{churn.inspect}")
+    assert_operator(data[:allocations][:live], :>, 0)
+    keep.clear
+    GC.start
+    data = Rperf.stop
+    assert_operator(by_method(data)[["Object#alloc_keep", "Array"]][2], :<=, 3_000,
+                    "released and collected: no longer in use")
+  end
+
+  def test_compaction_moves_the_live_heap_with_it
+    omit("GC.compact is not supported here") unless GC.respond_to?(:compact)
+    keep = []
+    Rperf.start(mode: :alloc, alloc_interval: 16)
+    alloc_keep(keep, 50_000)
+    alloc_churn(200_000)
+    GC.verify_compaction_references(expand_heap: true, toward: :empty)
+    GC.compact
+    data = Rperf.snapshot
+    kept = by_method(data)[["Object#alloc_keep", "Array"]]
+    assert_in_delta(50_000, kept[2], 50_000 * 0.08, "kept objects followed through compaction: #{kept.inspect}")
+    keep.clear
+    GC.start
+    assert_operator(by_method(Rperf.stop)[["Object#alloc_keep", "Array"]][2], :<=, 500)
+  end
+
+  def test_a_clearing_snapshot_starts_counting_again_and_keeps_the_live_heap
+    keep = []
+    Rperf.start(mode: :alloc, alloc_interval: 32)
+    alloc_keep(keep, 100_000)
+    first = Rperf.snapshot(clear: true)
+    assert_in_delta(100_000, by_method(first)[["Object#alloc_keep", "Array"]][0], 8_000)
+    alloc_churn(100_000)
+    GC.start
+    second = Rperf.stop
+    got = by_method(second)
+    kept = got[["Object#alloc_keep", "Array"]]
+    assert_equal(0, kept[0], "allocated in the earlier window")
+    assert_in_delta(100_000, kept[2], 8_000, "still in use")
+    assert_in_delta(100_000, got[["Object#alloc_churn", "Array"]][0], 8_000)
+    assert_operator(second[:allocations][:sampled], :<, first[:allocations][:sampled] * 2)
+  end
+
+  def test_gc_stress_under_the_hook
+    keep = []
+    GC.stress = true
+    Rperf.start(mode: :alloc, alloc_interval: 2)
+    alloc_keep(keep, 500)
+    alloc_churn(500)
+    data = Rperf.stop
+    GC.stress = false
+    got = by_method(data)
+    # 500 objects at one in two: an estimate of sd ~22
+    assert_in_delta(500, got[["Object#alloc_keep", "Array"]][2], 150)
+    assert_operator(got[["Object#alloc_churn", "Array"]][2], :<=, 20)
+  end
+
+  def test_allocations_beside_time_with_threads_and_labels
+    data = Rperf.start(mode: :wall, allocations: true, alloc_interval: 16) do
+      Rperf.label(job: "pairs") { alloc_pairs(200_000) }
+      Thread.new { alloc_points(100_000) }.join
+    end
+    assert_equal(:wall, data[:mode])
+    assert_not_empty(data[:aggregated_samples], "time samples as well")
+    sets = data[:label_sets]
+    pairs = data[:allocations][:samples].select { |f, c, *| c == "Array" && f.any? { |x| x[1] == "Object#alloc_pairs" } }
+    assert_not_empty(pairs)
+    pairs.each { |*, set| assert_equal({ job: "pairs" }, sets[set]) }
+    points = data[:allocations][:samples].select { |_f, c, *| c == "AllocTestPoint" }
+    assert_not_empty(points)
+    main_seq = pairs.first[-2]
+    points.each { |s| assert_not_equal(main_seq, s[-2], "the other thread's allocations are its own") }
+  end
+
+  def test_a_deferred_run_samples_allocations_inside_profile_blocks_only
+    data = Rperf.start(mode: :cpu, defer: true, allocations: true, alloc_interval: 8) do
+      alloc_points(100_000)
+      Rperf.profile { alloc_pairs(100_000) }
+    end
+    got = by_method(data)
+    assert_equal(0, got[["Object#alloc_points", "AllocTestPoint"]][0])
+    assert_in_delta(100_000, got[["Object#alloc_pairs", "Array"]][0], 10_000)
+  end
+
+  def test_a_run_without_allocations_has_no_allocation_data
+    data = Rperf.start(mode: :cpu) { alloc_pairs(10_000) }
+    assert_false(data.key?(:allocations))
+  end
+
+  def test_fork_children_and_the_parent_keep_working
+    Rperf.start(mode: :alloc, alloc_interval: 16, inherit: false)
+    alloc_pairs(10_000)
+    pid = fork do
+      alloc_pairs(100_000)
+      exit!(Rperf.running? ? 3 : 0)
+    end
+    _, st = Process.wait2(pid)
+    assert_equal(0, st.exitstatus, "the child runs on, not profiled")
+    data = Rperf.stop
+    assert_in_delta(10_000, by_method(data)[["Object#alloc_pairs", "Array"]][0], 2_000)
+  end
+
+  def test_stop_while_other_threads_allocate
+    go = true
+    threads = 4.times.map { Thread.new { alloc_churn(1_000) while go } }
+    5.times do
+      Rperf.start(mode: :alloc, alloc_interval: 2)
+      alloc_churn(20_000)
+      data = Rperf.stop
+      assert_operator(data[:allocations][:sampled], :>, 0)
+    end
+    go = false
+    threads.each(&:join)
+  end
+
+  def test_bad_options_name_the_option_and_start_nothing
+    [[{ mode: :heap }, /mode must be :cpu, :wall or :alloc/],
+     [{ mode: :alloc, alloc_interval: 0 }, /alloc_interval must be an Integer between 1 and/],
+     [{ allocations: "yes" }, /allocations must be true or false/],
+     [{ mode: :alloc, defer: true }, /defer: true needs mode :cpu or :wall/]].each do |opts, msg|
+      e = assert_raise(ArgumentError, opts.inspect) { Rperf.start(**opts) }
+      assert_match(msg, e.message)
+      assert_false(Rperf.running?)
+    end
+  end
+end

@@ -1,0 +1,304 @@
+/*
+ * test_heap.c — unit tests of allocation sampling and the live heap
+ * (core/heap.c) with a fake host: the countdown samples one allocation in
+ * `interval` on average; a sampled object is aggregated by stack and class
+ * with `interval` objects and that many slots' bytes; a new object at a
+ * tracked address retires the tracked one (its in-use part goes, its
+ * allocation stays); a window's close keeps only the objects the host
+ * says are alive, with their size now; the end of a marking retires the
+ * objects it did not reach (a minor one reads only the young, and after a
+ * marking the host did not see none until a settle); compaction moves
+ * tracked objects (only in a GC whose marking was seen);
+ * a clearing window keeps the live heap's entries (in use, with zero
+ * allocations) and their frames; a run without allocation sampling
+ * records none.
+ * Context: a plain C program (no Ruby); the test thread plays the
+ * allocating Ruby thread, the engine's worker runs for real.
+ */
+#include "fake_engine.h"
+
+static rperf_thread_t *start_alloc(uint32_t interval)
+{
+    rperf_config_t cfg = { .frequency = 1000, .clock = RPERF_CLOCK_CPU, .aggregate = true,
+                           .ring_slots = 1024, .backend = &fake_backend, .alloc_only = true,
+                           .alloc_interval = interval };
+    rperf_thread_t *caller = NULL;
+    char err[128];
+    RPERF_CHECK_EQ(rperf_engine_start(&cfg, &caller, err, sizeof(err)), 0);
+    return caller;
+}
+
+#define CLASS_A 0x9000u
+#define CLASS_B 0x9040u
+
+/* what the fake host says at a close: objects below `dead_from` live */
+static uintptr_t dead_from = UINTPTR_MAX;
+static bool fake_alive(uintptr_t obj, uintptr_t klass, uint32_t rtype)
+{
+    (void)klass;
+    (void)rtype;
+    return obj < dead_from;
+}
+static size_t fake_memsize(uintptr_t obj) { return obj >= 0x100000 ? 400 : 40; }
+
+typedef struct totals {
+    int64_t alloc_objects, alloc_bytes, inuse_objects, inuse_bytes;
+    int entries;
+} totals_t;
+static uint32_t want_class;   /* frame id to sum, RPERF_ALLOC_NO_CLASS: all */
+static int sum(const rperf_result_alloc_t *a, void *ctx)
+{
+    totals_t *t = ctx;
+    if (want_class != RPERF_ALLOC_NO_CLASS && a->class_id != want_class) return 0;
+    t->alloc_objects += a->alloc_objects;
+    t->alloc_bytes += a->alloc_bytes;
+    t->inuse_objects += a->inuse_objects;
+    t->inuse_bytes += a->inuse_bytes;
+    t->entries++;
+    return 0;
+}
+static totals_t totals_of(uintptr_t klass)
+{
+    want_class = RPERF_ALLOC_NO_CLASS;
+    if (klass) {
+        want_class = UINT32_MAX - 1;
+        for (uint32_t id = RPERF_SYNTHETIC_FRAMES;
+             id < RPERF_SYNTHETIC_FRAMES + rperf_result_frame_count(); id++)
+            if (rperf_result_frame(id) == klass) want_class = id;
+    }
+    totals_t t = { 0, 0, 0, 0, 0 };
+    rperf_result_each_alloc(sum, &t);
+    return t;
+}
+
+/* every allocation sampled (interval 1): allocate `n` objects of `klass`
+ * at consecutive addresses from `base` */
+static void allocate(uintptr_t base, int n, uintptr_t klass)
+{
+    for (int i = 0; i < n; i++) {
+        uintptr_t obj = base + (uintptr_t)i * 40;
+        if (rperf_alloc_seen(obj)) rperf_alloc_record(obj, klass, 5, 40);
+    }
+}
+
+static void close_window(void)
+{
+    rperf_engine_pause();
+    rperf_heap_settle(fake_alive, fake_memsize);
+}
+
+RPERF_TEST(the_countdown_samples_one_allocation_in_interval)
+{
+    start_alloc(100);
+    int sampled = 0;
+    for (int i = 0; i < 1000000; i++)
+        if (rperf_alloc_seen(0x100)) sampled++;
+    /* Bernoulli(1/100) over 1e6 trials: mean 10000, sd ~99.5 (5 sd) */
+    RPERF_CHECK(sampled > 9500 && sampled < 10500);
+    rperf_engine_stop();
+    rperf_engine_release();
+}
+
+RPERF_TEST(sampled_objects_are_aggregated_by_stack_and_class)
+{
+    start_alloc(1);
+    stack[0] = 0x2000; stack[1] = 0x2008;
+    depth = 2;
+    allocate(0x10000, 30, CLASS_A);
+    stack[0] = 0x2010;
+    allocate(0x20000, 10, CLASS_B);
+    close_window();
+    totals_t a = totals_of(CLASS_A), b = totals_of(CLASS_B);
+    RPERF_CHECK_EQ(a.entries, 1);
+    RPERF_CHECK_EQ(a.alloc_objects, 30);
+    RPERF_CHECK_EQ(a.alloc_bytes, 30 * 40);
+    RPERF_CHECK_EQ(a.inuse_objects, 30);
+    RPERF_CHECK_EQ(b.alloc_objects, 10);
+    RPERF_CHECK_EQ(b.inuse_bytes, 10 * 40);
+    rperf_heap_stats_t st;
+    rperf_heap_stats(&st);
+    RPERF_CHECK_EQ(st.sampled, 40);
+    RPERF_CHECK_EQ(st.live, 40);
+    rperf_engine_resume(false);
+    rperf_engine_stop();
+    rperf_engine_release();
+}
+
+RPERF_TEST(a_new_object_at_a_tracked_address_retires_the_tracked_one)
+{
+    start_alloc(1);
+    stack[0] = 0x2000;
+    depth = 1;
+    allocate(0x10000, 20, CLASS_A);
+    /* 5 of those slots are taken by new objects of class B */
+    allocate(0x10000, 5, CLASS_B);
+    close_window();
+    totals_t a = totals_of(CLASS_A), b = totals_of(CLASS_B);
+    RPERF_CHECK_EQ(a.alloc_objects, 20);
+    RPERF_CHECK_EQ(a.inuse_objects, 15);
+    RPERF_CHECK_EQ(b.inuse_objects, 5);
+    rperf_engine_resume(false);
+    rperf_engine_stop();
+    rperf_engine_release();
+}
+
+RPERF_TEST(a_close_keeps_only_live_objects_with_their_size_now)
+{
+    start_alloc(1);
+    stack[0] = 0x2000;
+    depth = 1;
+    allocate(0x100000, 10, CLASS_A);      /* memsize now: 400 each */
+    allocate(0x200000, 10, CLASS_B);
+    dead_from = 0x200000;                 /* class B's objects are gone */
+    close_window();
+    dead_from = UINTPTR_MAX;
+    totals_t a = totals_of(CLASS_A), b = totals_of(CLASS_B);
+    RPERF_CHECK_EQ(a.inuse_bytes, 10 * 400);
+    RPERF_CHECK_EQ(a.alloc_bytes, 10 * 40);
+    RPERF_CHECK_EQ(b.alloc_objects, 10);
+    RPERF_CHECK_EQ(b.inuse_objects, 0);
+    rperf_heap_stats_t st;
+    rperf_heap_stats(&st);
+    RPERF_CHECK_EQ(st.tracked, 10);
+    rperf_engine_resume(false);
+    rperf_engine_stop();
+    rperf_engine_release();
+}
+
+static uintptr_t shift_by;
+static int relocations;
+static uintptr_t moved(uintptr_t v)
+{
+    relocations++;
+    return v >= 0x10000 && v < 0x30000 ? v + shift_by : v;
+}
+
+/* what a marking reached: objects below `unmarked_from`; old: below `old_below` */
+static uintptr_t unmarked_from = UINTPTR_MAX, old_below;
+static int mark_reads;
+static bool fake_marked(uintptr_t v)
+{
+    mark_reads++;
+    return v < unmarked_from;
+}
+static bool fake_old(uintptr_t v) { return v < old_below; }
+
+RPERF_TEST(a_marking_retires_what_it_did_not_reach_and_a_minor_one_reads_only_the_young)
+{
+    start_alloc(1);
+    stack[0] = 0x2000;
+    depth = 1;
+    rperf_heap_gc_seen(10);
+    allocate(0x10000, 10, CLASS_A);       /* 0x10000 .. 0x10168 */
+    allocate(0x20000, 10, CLASS_B);
+    old_below = 0x20000;                  /* class A's objects are old by now */
+    unmarked_from = UINTPTR_MAX;
+    rperf_heap_gc_marked(11, true, fake_marked, fake_old);   /* major: all read */
+    RPERF_CHECK_EQ(mark_reads, 20);
+    mark_reads = 0;
+    unmarked_from = 0x20000 + 5 * 40;     /* 5 of B's unreached */
+    rperf_heap_gc_marked(12, false, fake_marked, fake_old);  /* minor: B's only */
+    RPERF_CHECK_EQ(mark_reads, 10);
+    /* a GC the host did not see (13): nothing is read until a settle */
+    mark_reads = 0;
+    unmarked_from = 0;
+    rperf_heap_gc_marked(14, true, fake_marked, fake_old);
+    RPERF_CHECK_EQ(mark_reads, 0);
+    unmarked_from = UINTPTR_MAX;
+    close_window();
+    RPERF_CHECK_EQ(totals_of(CLASS_A).inuse_objects, 10);
+    RPERF_CHECK_EQ(totals_of(CLASS_B).inuse_objects, 5);
+    RPERF_CHECK_EQ(totals_of(CLASS_B).alloc_objects, 10);
+    /* settled: read again at the next marking */
+    rperf_engine_resume(false);
+    mark_reads = 0;
+    rperf_heap_gc_marked(15, true, fake_marked, fake_old);
+    RPERF_CHECK_EQ(mark_reads, 15);
+    old_below = 0;
+    rperf_engine_stop();
+    rperf_engine_release();
+}
+
+RPERF_TEST(compaction_moves_tracked_objects)
+{
+    start_alloc(1);
+    stack[0] = 0x2000;
+    depth = 1;
+    allocate(0x10000, 10, CLASS_A);
+    shift_by = 0x400000;
+    rperf_heap_gc_seen(7);
+    rperf_heap_relocate(8, moved);          /* GC 8's marking unseen: nothing read */
+    RPERF_CHECK_EQ(relocations, 0);
+    rperf_heap_relocate(7, moved);
+    /* the old addresses are free: new objects there retire nothing */
+    allocate(0x10000, 10, CLASS_B);
+    /* and only the new addresses count as the moved objects */
+    dead_from = 0x400000 + 0x10000 + 5 * 40;
+    close_window();
+    dead_from = UINTPTR_MAX;
+    totals_t a = totals_of(CLASS_A);
+    RPERF_CHECK_EQ(a.inuse_objects, 5);
+    /* a new object at a moved object's new address retires it */
+    rperf_engine_resume(false);
+    allocate(0x410000, 2, CLASS_B);
+    close_window();
+    RPERF_CHECK_EQ(totals_of(CLASS_A).inuse_objects, 3);
+    rperf_engine_resume(false);
+    rperf_engine_stop();
+    rperf_engine_release();
+}
+
+RPERF_TEST(a_clearing_window_keeps_the_live_heap)
+{
+    start_alloc(1);
+    stack[0] = 0x2000; stack[1] = 0x2008;
+    depth = 2;
+    allocate(0x10000, 8, CLASS_A);
+    allocate(0x20000, 4, CLASS_B);
+    dead_from = 0x20000;                  /* B's are gone before the close */
+    close_window();
+    dead_from = UINTPTR_MAX;
+    rperf_engine_resume(true);            /* a new window */
+    close_window();
+    totals_t a = totals_of(CLASS_A), b = totals_of(CLASS_B);
+    RPERF_CHECK_EQ(a.alloc_objects, 0);
+    RPERF_CHECK_EQ(a.inuse_objects, 8);
+    RPERF_CHECK_EQ(b.entries, 0);
+    /* the kept entry's frames were interned again: its stack resolves */
+    bool found = false;
+    for (uint32_t id = RPERF_SYNTHETIC_FRAMES; id < RPERF_SYNTHETIC_FRAMES + rperf_result_frame_count(); id++)
+        if (rperf_result_frame(id) == 0x2008) found = true;
+    RPERF_CHECK(found);
+    /* the objects stay tracked: freeing them after the clear counts */
+    rperf_engine_resume(false);
+    allocate(0x10000, 3, CLASS_B);
+    close_window();
+    RPERF_CHECK_EQ(totals_of(CLASS_A).inuse_objects, 5);
+    rperf_engine_resume(false);
+    rperf_engine_stop();
+    rperf_engine_release();
+}
+
+RPERF_TEST(a_run_without_allocation_sampling_records_none)
+{
+    start_alloc(0);
+    RPERF_CHECK(!rperf_heap_enabled());
+    RPERF_CHECK(!rperf_alloc_seen(0x10000));
+    rperf_alloc_record(0x10000, CLASS_A, 5, 40);
+    rperf_engine_stop();
+    RPERF_CHECK_EQ(totals_of(0).entries, 0);
+    rperf_engine_release();
+}
+
+int main(void)
+{
+    if (rperf_engine_init(&host) != 0) return 1;
+    return RPERF_RUN(RPERF_CASE(the_countdown_samples_one_allocation_in_interval),
+                     RPERF_CASE(sampled_objects_are_aggregated_by_stack_and_class),
+                     RPERF_CASE(a_new_object_at_a_tracked_address_retires_the_tracked_one),
+                     RPERF_CASE(a_close_keeps_only_live_objects_with_their_size_now),
+                     RPERF_CASE(a_marking_retires_what_it_did_not_reach_and_a_minor_one_reads_only_the_young),
+                     RPERF_CASE(compaction_moves_tracked_objects),
+                     RPERF_CASE(a_clearing_window_keeps_the_live_heap),
+                     RPERF_CASE(a_run_without_allocation_sampling_records_none));
+}
