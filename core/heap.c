@@ -286,6 +286,11 @@ void rperf_alloc_record(uintptr_t obj, uintptr_t klass, uint32_t rtype, uint32_t
     if (rperf__engine.cfg.deferred && !rperf_thread_profiled(pt)) return;
     atomic_fetch_add_explicit(&H.sampled, 1, memory_order_relaxed);
     if ((H.used + 1) * 2 > H.index_cap && !index_rebuild(H.used + 1)) goto drop;
+    /* every young object must be on the young list: a minor GC may free
+     * it and give its page back, and only the list's check retires it */
+    if (H.nyoung == H.young_cap &&
+        grow((void **)&H.young, &H.young_cap, sizeof(uint32_t), H.nyoung + 1) < 0)
+        goto drop;
     uint32_t si;
     if (!slot_alloc(&si)) goto drop;
     heap_slot_t *s = slot_at(si);
@@ -295,9 +300,7 @@ void rperf_alloc_record(uintptr_t obj, uintptr_t klass, uint32_t rtype, uint32_t
     s->rtype = (uint8_t)rtype;
     s->old = 0;
     s->unverified = 0;
-    if (H.nyoung < H.young_cap ||
-        grow((void **)&H.young, &H.young_cap, sizeof(uint32_t), H.nyoung + 1) == 0)
-        H.young[H.nyoung++] = si;   /* else: checked at the next major marking */
+    H.young[H.nyoung++] = si;
     H.used++;
     index_put(si);
     uint64_t gen = atomic_load_explicit(&s->link, memory_order_relaxed) >> 32;
@@ -483,7 +486,19 @@ void rperf_heap_settle(bool (*alive)(uintptr_t obj, uintptr_t klass, uint32_t rt
             retired = true;
             continue;
         }
-        s->unverified = 0;
+        if (s->unverified) {
+            s->unverified = 0;
+            /* young or not, a minor marking checks it from now on (its
+             * old flag was not kept up meanwhile) */
+            if (!s->old && (H.nyoung < H.young_cap ||
+                            grow((void **)&H.young, &H.young_cap, sizeof(uint32_t), H.nyoung + 1) == 0))
+                H.young[H.nyoung++] = i;
+            else if (!s->old) {
+                slot_retire(i, false);
+                retired = true;
+                continue;
+            }
+        }
         heap_entry_t *en = &H.entries[e - 1];
         en->inuse_objects += H.interval;
         en->inuse_bytes += H.interval * (int64_t)memsize(s->obj);
@@ -523,7 +538,12 @@ void rperf_heap_gc_marked(uint64_t gc_count, bool major, bool (*marked)(uintptr_
                 continue;
             }
             s->old = s->old || is_old(s->obj);
-            if (!s->old && H.nyoung < H.young_cap) H.young[H.nyoung++] = i;
+            if (s->old) continue;
+            /* the list holds at most what it held before plus the slots
+             * sampled since, which were on it: it never needs to grow
+             * here; a young object it cannot hold is not followed */
+            if (H.nyoung < H.young_cap) H.young[H.nyoung++] = i;
+            else slot_retire(i, true);
         }
         return;
     }
