@@ -101,6 +101,11 @@ typedef struct rperf_nt {
      * none yet): a job run for a tick that an earlier run consumed samples
      * nothing */
     uint32_t answered;
+    /* the host wants the job to run on this native thread (a Ruby thread
+     * here needs something only its own job can do): the tick signal's
+     * handler triggers it whether or not ticks are taken
+     * (rperf_engine_want_job) */
+    _Atomic uint8_t want_job;
 } rperf_nt_t;
 
 rperf_nt_t *rperf__nt(void);
@@ -306,6 +311,7 @@ int rperf__heap_add(uint32_t thread_seq, const rperf_decoded_t *d, const uint32_
 void rperf__heap_clear_collect(void);
 void rperf__heap_clear_restore(void);
 size_t rperf__heap_memory(void);
+void rperf__heap_fork_child(void);       /* inside fork() in the child */
 
 /* ---- threads registry (thread_state.c) ---------------------------------- */
 

@@ -54,10 +54,15 @@ static void fork_parent(void) { rperf__worker_fork_parent(); }
 
 /* Inside fork() in the child: only this thread exists. Stop everything
  * cheaply; memory is released later by rperf_engine_fork_reset (GVL). */
+static void wanted_reset(void);
+
 static void fork_child(void)
 {
     rperf__worker_fork_child();
     rperf__pages_fork_child();
+    rperf__heap_fork_child();
+    wanted_reset();
+    rperf__nt()->want_job = 0;
     rperf__nt()->tid = 0;            /* this thread's tid in the child is new */
     rperf__nt()->cpu_hi = 0;         /* and its CPU clock starts again */
     int was = atomic_exchange(&rperf__engine.running, 0);
@@ -108,8 +113,71 @@ bool rperf_engine_ticks_wanted(void)
             atomic_load_explicit(&rperf__engine.profiled_threads, memory_order_relaxed) > 0);
 }
 
+/* native threads waiting for their own job (rperf_engine_want_job): tid,
+ * 0 = free slot */
+#define WANTED_SLOTS 64
+static _Atomic int32_t wanted[WANTED_SLOTS];
+static _Atomic int wanted_count;
+static _Atomic int64_t wanted_sent_ns;
+
+/* at start and in a fork child: no native thread waits (one that did and
+ * is still waiting asks again at its next thread event) */
+static void wanted_reset(void)
+{
+    for (int i = 0; i < WANTED_SLOTS; i++) atomic_store(&wanted[i], 0);
+    atomic_store(&wanted_count, 0);
+    atomic_store(&wanted_sent_ns, 0);
+}
+
+void rperf_engine_want_job(void)
+{
+    rperf_nt_t *nt = rperf__nt();
+    int32_t tid = rperf_native_tid();
+    if (!atomic_exchange_explicit(&nt->want_job, 1, memory_order_relaxed)) {
+        for (int i = 0; i < WANTED_SLOTS; i++) {
+            int32_t free_slot = 0;
+            if (atomic_compare_exchange_strong(&wanted[i], &free_slot, tid)) {
+                atomic_fetch_add(&wanted_count, 1);
+                break;
+            }
+        }
+    }
+    rperf__engine.host.trigger();
+}
+
+void rperf_engine_job_ran_here(void)
+{
+    rperf_nt_t *nt = rperf__nt();
+    if (!atomic_exchange_explicit(&nt->want_job, 0, memory_order_relaxed)) return;
+    int32_t tid = rperf_native_tid();
+    for (int i = 0; i < WANTED_SLOTS; i++) {
+        int32_t t = tid;
+        if (atomic_compare_exchange_strong(&wanted[i], &t, 0)) {
+            atomic_fetch_sub(&wanted_count, 1);
+            break;
+        }
+    }
+}
+
+void rperf_engine_resignal_wanted(int (*send)(int32_t tid))
+{
+    if (atomic_load_explicit(&wanted_count, memory_order_relaxed) <= 0) return;
+    int64_t now = rperf__mono_ns();
+    int64_t last = atomic_load_explicit(&wanted_sent_ns, memory_order_relaxed);
+    if (last && now - last < 2000000) return;
+    if (!atomic_compare_exchange_strong(&wanted_sent_ns, &last, now)) return;
+    int32_t self = rperf_native_tid();
+    for (int i = 0; i < WANTED_SLOTS; i++) {
+        int32_t t = atomic_load_explicit(&wanted[i], memory_order_relaxed);
+        if (t && t != self) send(t);
+    }
+}
+
 void rperf_engine_tick_sigsafe(void)
 {
+    /* a job this native thread waits for: asked again, ticks or not */
+    if (atomic_load_explicit(&rperf__nt()->want_job, memory_order_relaxed))
+        rperf__engine.host.trigger();
     /* a deferred run with no thread inside a profile block: no tick (the
      * backends' tick threads then find no holder and park) */
     if (!rperf_engine_ticks_wanted()) return;
@@ -194,6 +262,7 @@ int rperf_engine_start(const rperf_config_t *cfg, rperf_thread_t **caller,
     atomic_store(&rperf__engine.thread_new_failed, 0);
     atomic_store(&rperf__engine.profiled_threads, 0);
     atomic_store(&rperf__engine.dropped_retired, 0);
+    wanted_reset();
     rperf__gc_reset();
     reset_counters();
     rperf__engine.close_mono_ns = 0;
@@ -316,6 +385,14 @@ void rperf_engine_resume(bool clear)
     }
     rperf__engine.close_mono_ns = 0;
     rperf__worker_resume();
+}
+
+int rperf_engine_other_ractor_threads(void)
+{
+    int n = 0;
+    for (rperf_thread_t *pt = atomic_load(&rperf__threads); pt; pt = atomic_load(&pt->next))
+        if (!atomic_load(&pt->exited) && rperf_thread_ractor(pt) != 1) n++;
+    return n;
 }
 
 void rperf_engine_each_thread_label(void (*cb)(uint32_t id, void *ctx), void *ctx)

@@ -58,6 +58,9 @@ typedef struct heap_slot {
     uint32_t next_free;         /* index + 1 of the next free slot */
     uint8_t rtype;              /* the host's type code */
     uint8_t old;                /* old at a marking: a minor GC never frees it */
+    /* allocated in another Ractor: its size is never read from the main
+     * Ractor (its Ractor may be changing it) */
+    uint8_t foreign;
     /* a GC the host did not see ran since it was last known alive: its
      * page may be gone, so nothing reads it until a settle checks it */
     uint8_t unverified;
@@ -109,6 +112,14 @@ static struct {
     size_t kept_len;
     uint64_t live;              /* tracked objects alive at the last settle */
 } H;
+
+/* The allocation hooks of other Ractors run under Ruby's VM lock,
+ * serialized with the main Ractor's, but not with what holds only the main
+ * Ractor's GVL (a close, a clear, a release), so those and the other
+ * Ractors' hooks take `mu` (rperf_alloc_lock). The main Ractor's hook
+ * needs not: the VM lock orders it with theirs, its GVL with the rest.
+ * Outside H: a release clears H while a hook may wait on it. */
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* ---- small helpers --------------------------------------------------------- */
 
@@ -277,6 +288,11 @@ bool rperf_alloc_seen(uintptr_t obj)
     return true;
 }
 
+void rperf_alloc_lock(void) { pthread_mutex_lock(&mu); }
+void rperf_alloc_unlock(void) { pthread_mutex_unlock(&mu); }
+/* in fork()'s child: another Ractor's thread may have held it */
+void rperf__heap_fork_child(void) { pthread_mutex_init(&mu, NULL); }
+
 void rperf_alloc_record(uintptr_t obj, uintptr_t klass, uint32_t rtype, uint32_t bytes)
 {
     if (!H.on || !atomic_load_explicit(&rperf__engine.running, memory_order_relaxed)) return;
@@ -300,6 +316,7 @@ void rperf_alloc_record(uintptr_t obj, uintptr_t klass, uint32_t rtype, uint32_t
     s->rtype = (uint8_t)rtype;
     s->old = 0;
     s->unverified = 0;
+    s->foreign = rperf_thread_ractor(pt) > 1;   /* 0: not known, never another Ractor with a hook */
     H.young[H.nyoung++] = si;
     H.used++;
     index_put(si);
@@ -445,6 +462,7 @@ static void free_entries(void)
 
 void rperf__heap_destroy(void)
 {
+    pthread_mutex_lock(&mu);
     free_entries();
     for (uint32_t i = 0; i < H.nchunks; i++)
         rperf__free(atomic_load_explicit(&H.chunks[i], memory_order_relaxed),
@@ -454,6 +472,7 @@ void rperf__heap_destroy(void)
     if (H.young) rperf__free(H.young, H.young_cap * sizeof(uint32_t));
     if (H.kept) free(H.kept);
     memset(&H, 0, sizeof(H));
+    pthread_mutex_unlock(&mu);
 }
 
 int rperf__heap_init(uint32_t interval)
@@ -474,6 +493,7 @@ void rperf_heap_settle(bool (*alive)(uintptr_t obj, uintptr_t klass, uint32_t rt
                        size_t (*memsize)(uintptr_t obj))
 {
     if (!H.on) return;
+    pthread_mutex_lock(&mu);
     for (size_t i = 0; i < H.n; i++) H.entries[i].inuse_objects = H.entries[i].inuse_bytes = 0;
     uint64_t live = 0;
     bool retired = false;
@@ -501,11 +521,12 @@ void rperf_heap_settle(bool (*alive)(uintptr_t obj, uintptr_t klass, uint32_t rt
         }
         heap_entry_t *en = &H.entries[e - 1];
         en->inuse_objects += H.interval;
-        en->inuse_bytes += H.interval * (int64_t)memsize(s->obj);
+        en->inuse_bytes += H.interval * (int64_t)(s->foreign ? s->bytes : memsize(s->obj));
         live++;
     }
     H.live = live;
     if (retired) index_rebuild(H.used);
+    pthread_mutex_unlock(&mu);
 }
 
 void rperf_heap_gc_seen(uint64_t gc_count) { H.seen_gc = gc_count; }
@@ -611,6 +632,8 @@ int rperf_result_each_alloc(rperf_alloc_cb cb, void *ctx)
     return 0;
 }
 
+static void restore_locked(void);
+
 /* A window's clear: allocation counts start again, the live heap goes on.
  * collect runs before the frame table is cleared and keeps the frame
  * values of the entries with live objects (settled at the window's close);
@@ -623,6 +646,8 @@ void rperf__heap_clear_collect(void)
     atomic_store(&H.sampled, 0);
     atomic_store(&H.dropped, 0);
     if (!H.on) return;
+    /* held until restore: no other Ractor's hook tracks meanwhile */
+    pthread_mutex_lock(&mu);
     size_t words = 0;
     for (size_t i = 0; i < H.n; i++)
         if (H.entries[i].inuse_objects) words += 2 + H.entries[i].depth;
@@ -646,6 +671,12 @@ void rperf__heap_clear_collect(void)
 void rperf__heap_clear_restore(void)
 {
     if (!H.on) return;
+    restore_locked();
+    pthread_mutex_unlock(&mu);
+}
+
+static void restore_locked(void)
+{
     heap_entry_t *old = H.entries;
     uint32_t *old_pool = H.pool;
     size_t old_n = H.n, old_cap = H.cap, old_pool_cap = H.pool_cap;

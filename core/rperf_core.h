@@ -275,6 +275,10 @@ int rperf_engine_profiled_threads(void);
  * profile block). A backend's tick thread may park while it is false. */
 bool rperf_engine_ticks_wanted(void);
 
+/* GVL held: live threads of the run known to be of another Ractor than
+ * the main one, or of a Ractor not known yet. */
+int rperf_engine_other_ractor_threads(void);
+
 /* GVL held, worker parked (snapshot): cb(label set id) for every live
  * thread of the run. */
 void rperf_engine_each_thread_label(void (*cb)(uint32_t id, void *ctx), void *ctx);
@@ -286,6 +290,20 @@ uint32_t rperf_thread_seq(const rperf_thread_t *pt);
 
 /* signal: a backend tick on this native thread. */
 void rperf_engine_tick_sigsafe(void);
+/* Own (a thread hook, GVL held; async-signal-safe): the job must run on
+ * this native thread, for the Ruby thread running here (the host's own
+ * work there, e.g. in another Ractor). Triggers it now; since the job
+ * bitset is one per VM and Ruby 3.3 may flag another thread's context at
+ * a thread event, until rperf_engine_job_ran_here the tick signal's
+ * handler here triggers it again, and rperf_engine_resignal_wanted sends
+ * that signal. At most 64 native threads wait at once (others are asked
+ * again at their next thread event). */
+void rperf_engine_want_job(void);
+/* own, in the job: what this native thread wanted is done */
+void rperf_engine_job_ran_here(void);
+/* In the job, any thread: at most every 2 ms, send(tid) to every native
+ * thread still waiting for its job (not the caller's). */
+void rperf_engine_resignal_wanted(int (*send)(int32_t tid));
 /* signal: a bootstrap signal on a native thread with no current Ruby thread
  * known to the engine (see rperf_host_t.trigger_register). */
 bool rperf_engine_register_sigsafe(void);
@@ -348,11 +366,17 @@ int rperf_result_each_thread(rperf_thread_cb cb, void *ctx);
 
 #define RPERF_ALLOC_NO_CLASS UINT32_MAX
 
-/* Allocation hook (own, GVL held; the host serializes the calls): every
- * allocation while the run samples allocations. Forgets a tracked object
+/* Allocation hook (own, GVL held; the host serializes the calls, as Ruby
+ * does: one Ractor's under its GVL, several Ractors' under the VM lock):
+ * every allocation while the run samples allocations. Forgets a tracked object
  * whose address the new one took; true when this allocation is to be
  * sampled (then call rperf_alloc_record). */
 bool rperf_alloc_seen(uintptr_t obj);
+/* Allocation hook of a Ractor other than the main one: around its calls
+ * (the main Ractor's hook, serialized with the closes by its GVL, needs
+ * not). */
+void rperf_alloc_lock(void);
+void rperf_alloc_unlock(void);
 /* Allocation hook: record the sampled allocation of `obj` (its class, 0
  * for none; the host's type code; its slot size): the stack of the
  * current thread with the class at its leaf, and the object tracked. */

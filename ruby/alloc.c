@@ -36,6 +36,9 @@
  * docs/architecture.md says why each is needed.
  */
 #include "rperf_ruby.h"
+#include "tick_signal.h"
+
+#include <stdatomic.h>
 
 size_t rb_gc_obj_slot_size(VALUE obj);
 size_t rb_obj_memsize_of(VALUE obj);
@@ -46,9 +49,14 @@ void rb_objspace_each_objects(int (*callback)(void *start, void *end, size_t str
 
 #include <stdlib.h>
 
-static bool installed;
-/* a window's close is being turned into a result: no new samples */
+static _Atomic bool installed;
+/* a window's close is being turned into a result in the main Ractor: no
+ * new samples there (the result's own allocations) */
 static bool paused;
+/* at start: the main Ractor's hook list holds rperf's hooks only, so
+ * adding a hook to another Ractor's list (which sets the VM-wide event
+ * flags to that list's events) leaves every hook of the main Ractor on */
+static _Atomic bool ractors_ok;
 
 /* Types whose objects have a class at allocation (other types: internal
  * objects, named by type). */
@@ -81,6 +89,111 @@ static void newobj_hook(VALUE data, const rb_trace_arg_t *arg)
  * function pointer type, as C11 allows). */
 #define HOOK_FUNC ((rb_event_hook_func_t)(void (*)(void))newobj_hook)
 
+/* ---- other Ractors ---------------------------------------------------------
+ * A Ractor's allocations run its own hook list, so each other Ractor gets a
+ * hook of its own, added by a job running in it (its first RESUMED in an
+ * allocation run asks for one: rperf_rb_alloc_wants_ractor_job). In Ruby
+ * 3.3 a change to a Ractor's list sets the VM-wide event flags to that
+ * list's events (vm_trace.c update_global_event_hook): the hook there
+ * carries the events of the main Ractor's list — rperf's GC hook's and
+ * NEWOBJ — so the flags stay what they were, and it is added only when
+ * the main Ractor's list held nothing else at start (a TracePoint or
+ * another tool's hook there would be turned off). It is never removed
+ * (removing is a change too, and the Ractor may never run again): after
+ * the run it is dormant, since the main Ractor's removal of its NEWOBJ
+ * hook takes NEWOBJ off the flags, and the next allocation run's start
+ * puts it back. Its calls take the tracker's lock (rperf_alloc_lock) and
+ * the engine's enter/leave, as a stop or release in the main Ractor does
+ * not wait for them otherwise. Its END_MARK retires the dead tracked
+ * objects of the GCs that Ractor runs; other GC events do nothing. */
+static void ractor_hook(VALUE data, const rb_trace_arg_t *arg)
+{
+    (void)data;
+    rb_event_flag_t ev = rb_tracearg_event_flag((rb_trace_arg_t *)arg);
+    if (ev & RUBY_INTERNAL_EVENT_NEWOBJ) {
+        VALUE obj = rb_tracearg_object((rb_trace_arg_t *)arg);
+        rperf_alloc_lock();
+        /* not paused by a close: the close's own allocations are the
+         * main Ractor's, and this Ractor's go on meanwhile */
+        if (rperf_alloc_seen((uintptr_t)obj) && rperf_engine_enter()) {
+            int t = RB_BUILTIN_TYPE(obj);
+            VALUE klass = classed_type(t) ? RBASIC_CLASS(obj) : 0;
+            rperf_alloc_record((uintptr_t)obj, (uintptr_t)klass, (uint32_t)t,
+                               (uint32_t)rb_gc_obj_slot_size(obj));
+            rperf_engine_leave();
+        }
+        rperf_alloc_unlock();
+    } else if (ev & RUBY_INTERNAL_EVENT_GC_END_MARK) {
+        rperf_rb_hooks_gc_seen();
+        if (!rperf_engine_enter()) return;
+        rperf_rb_alloc_gc_end_mark();
+        rperf_engine_leave();
+    }
+}
+
+#define RACTOR_HOOK_FUNC ((rb_event_hook_func_t)(void (*)(void))ractor_hook)
+
+bool rperf_rb_alloc_ractors_active(void)
+{
+    return atomic_load_explicit(&installed, memory_order_relaxed) &&
+           atomic_load_explicit(&ractors_ok, memory_order_relaxed);
+}
+
+bool rperf_rb_alloc_wants_ractor_job(void)
+{
+    return rperf_rb_alloc_ractors_active() && rperf_rb_ractor_alloc_hook_missing();
+}
+
+void rperf_rb_alloc_ractor_job(void)
+{
+    if (rperf_engine_running() && rperf_rb_alloc_wants_ractor_job()) {
+        rb_add_event_hook2(RACTOR_HOOK_FUNC, RUBY_INTERNAL_EVENT_NEWOBJ | RPERF_RB_GC_EVENTS, Qnil,
+                           RUBY_EVENT_HOOK_FLAG_SAFE | RUBY_EVENT_HOOK_FLAG_RAW_ARG);
+        rperf_rb_ractor_alloc_hook_added();
+    }
+    /* this native thread's request is answered (its Ruby thread, if of
+     * another Ractor that still lacks the hook, asks at its next turn) */
+    rperf_engine_job_ran_here();
+}
+
+static int send_tick(int32_t tid) { return rperf_tick_signal_send((pid_t)tid); }
+
+/* any job: native threads whose job another thread's flush took get the
+ * tick signal, whose handler triggers it there again */
+void rperf_rb_alloc_job_any(void) { rperf_engine_resignal_wanted(send_tick); }
+
+static VALUE tracepoint_stat(VALUE unused)
+{
+    (void)unused;
+    return rb_funcall(rb_const_get(rb_cObject, rb_intern("TracePoint")), rb_intern("stat"), 0);
+}
+
+static int count_active(VALUE key, VALUE val, VALUE sum)
+{
+    (void)key;
+    if (RB_TYPE_P(val, T_ARRAY) && RARRAY_LEN(val) > 0 && FIXNUM_P(RARRAY_AREF(val, 0)))
+        *(long *)sum += FIX2LONG(RARRAY_AREF(val, 0));
+    else
+        *(long *)sum += 1000;   /* unknown shape: not ours only */
+    return ST_CONTINUE;
+}
+
+/* The main Ractor's hook list holds just rperf's GC and allocation hooks
+ * (TracePoint.stat counts the hooks of the calling Ractor's list). */
+static bool main_list_ours_only(void)
+{
+    int state = 0;
+    VALUE stat = rb_protect(tracepoint_stat, Qnil, &state);
+    if (state) {
+        rb_set_errinfo(Qnil);
+        return false;
+    }
+    if (!RB_TYPE_P(stat, T_HASH)) return false;
+    long active = 0;
+    rb_hash_foreach(stat, count_active, (VALUE)&active);
+    return active == 2;
+}
+
 /* GVL held, main Ractor, at start (after the engine started) */
 void rperf_rb_alloc_install(void)
 {
@@ -90,6 +203,7 @@ void rperf_rb_alloc_install(void)
     rb_add_event_hook2(HOOK_FUNC, RUBY_INTERNAL_EVENT_NEWOBJ, Qnil,
                        RUBY_EVENT_HOOK_FLAG_SAFE | RUBY_EVENT_HOOK_FLAG_RAW_ARG);
     installed = true;
+    atomic_store(&ractors_ok, main_list_ours_only());
 }
 
 /* GVL held, main Ractor: at stop, and in a fork child's reset */
@@ -101,6 +215,8 @@ void rperf_rb_alloc_remove(void)
 }
 
 void rperf_rb_alloc_pause(bool on) { paused = on; }
+
+bool rperf_rb_alloc_ractors(void) { return atomic_load(&ractors_ok); }
 
 /* The heap's pages at a window's close, sorted by start. */
 typedef struct page_range {

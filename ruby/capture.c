@@ -38,13 +38,27 @@ static bool trigger_register(void)
     return true;
 }
 
+/* worker: the host's periodic work (no Ruby API besides the trigger): a
+ * forked child's windows, and the tick signal to native threads still
+ * waiting for a job of their own (an allocation-only run takes no ticks
+ * that would) */
+static void worker_poll(void)
+{
+    rperf_rb_child_windows_poll();
+    rperf_rb_alloc_job_any();
+    /* an allocation-only run takes no ticks: the main Ractor's job that
+     * heals the event flags runs from here (it goes to the main Ractor's
+     * running thread) */
+    if (rperf_engine_config()->alloc_only) trigger();
+}
+
 const rperf_host_t rperf_rb_host = {
     .capture = capture,
     .trigger = trigger,
     .trigger_register = trigger_register,
     .capture_thread = rperf_rb_capture_thread,
     .thread_ready_at = rperf_rb_thread_ready_at,
-    .worker_poll = rperf_rb_child_windows_poll,
+    .worker_poll = worker_poll,
 };
 
 /* Any native thread, no Ruby API besides the thread-specific slot: the
@@ -101,6 +115,9 @@ static void sample_job(void *data)
         rperf_sample_job(pt);
     }
     rperf_engine_leave();
+    if (ractor > 1 || rperf_rb_alloc_ractors_active()) rperf_rb_alloc_ractor_job();
+    rperf_rb_alloc_job_any();
+    if (ractor == 1) rperf_rb_hooks_heal();
     if (!want_name) return;
     char name[RPERF_THREAD_NAME_MAX];
     size_t len = rperf_rb_thread_name(name, sizeof(name));

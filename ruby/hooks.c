@@ -142,9 +142,15 @@ static void thread_hook(rb_event_flag_t ev, const rb_internal_thread_event_data_
             intptr_t ready = (intptr_t)rb_internal_thread_specific_get(th, rperf_rb_ready_key);
             if (ready > 0) rperf_ev_ready_at(pt, (int64_t)ready);
             rperf_ev_resumed(pt);
-            /* another Ractor's, not numbered yet: ask for the job here, so
-             * it is numbered without waiting for a backend tick */
-            if (id == 0) rperf_engine_register_sigsafe();
+            /* another Ractor's, not numbered yet, or without the
+             * allocation hook an allocation run needs there: ask for the
+             * job here, so it is done without waiting for a backend tick
+             * (an allocation-only run takes none) */
+            if (id == 0 || (id > 1 && rperf_rb_alloc_wants_ractor_job())) {
+                /* an allocation run takes no ticks to re-ask with */
+                if (rperf_rb_alloc_ractors_active()) rperf_engine_want_job();
+                else rperf_engine_register_sigsafe();
+            }
             else if (id == 1 && !mn_main && !held) {
                 here.own_th = th;
                 here.own_token = rperf_thread_token(pt);
@@ -168,12 +174,21 @@ static void thread_hook(rb_event_flag_t ev, const rb_internal_thread_event_data_
     if (!held) rperf_engine_leave();
 }
 
+/* The GC count at the last GC event a hook of rperf's saw (rperf_rb_hooks_heal) */
+static _Atomic uint64_t gc_seen;
+
+void rperf_rb_hooks_gc_seen(void)
+{
+    atomic_store_explicit(&gc_seen, (uint64_t)rb_gc_count(), memory_order_relaxed);
+}
+
 static void gc_hook(rb_event_flag_t ev, VALUE data, VALUE self, ID mid, VALUE klass)
 {
     (void)data;
     (void)self;
     (void)mid;
     (void)klass;
+    if (ev & (RUBY_INTERNAL_EVENT_GC_START | RUBY_INTERNAL_EVENT_GC_END_MARK)) rperf_rb_hooks_gc_seen();
     if (!rperf_engine_enter()) return;
     if (ev & RUBY_INTERNAL_EVENT_GC_START) rperf_ev_gc(RPERF_GC_START);
     else if (ev & RUBY_INTERNAL_EVENT_GC_END_MARK) {
@@ -190,10 +205,6 @@ static void gc_hook(rb_event_flag_t ev, VALUE data, VALUE self, ID mid, VALUE kl
     (RUBY_INTERNAL_THREAD_EVENT_STARTED | RUBY_INTERNAL_THREAD_EVENT_READY |             \
      RUBY_INTERNAL_THREAD_EVENT_RESUMED | RUBY_INTERNAL_THREAD_EVENT_SUSPENDED |         \
      RUBY_INTERNAL_THREAD_EVENT_EXITED)
-#define GC_EVENTS                                                                        \
-    (RUBY_INTERNAL_EVENT_GC_START | RUBY_INTERNAL_EVENT_GC_END_MARK |                     \
-     RUBY_INTERNAL_EVENT_GC_END_SWEEP | RUBY_INTERNAL_EVENT_GC_ENTER |                    \
-     RUBY_INTERNAL_EVENT_GC_EXIT)
 
 /* GVL held, main Ractor, at start */
 void rperf_rb_hooks_install(void)
@@ -202,9 +213,36 @@ void rperf_rb_hooks_install(void)
     if (!thread_hook_handle)
         thread_hook_handle = rb_internal_thread_add_event_hook(thread_hook, THREAD_EVENTS, NULL);
     if (!gc_hook_installed) {
-        rb_add_event_hook(gc_hook, GC_EVENTS, Qnil);
+        rb_add_event_hook(gc_hook, RPERF_RB_GC_EVENTS, Qnil);
         gc_hook_installed = 1;
     }
+}
+
+/* Ruby 3.3 frees a Ractor's hook list with the Ractor, and cleaning it
+ * sets the VM-wide event flags to that (empty) list's events (vm_trace.c
+ * rb_hook_list_free → clean_hooks → update_global_event_hook): once a
+ * Ractor without hooks is collected, no event hook of any Ractor fires
+ * any more — rperf's GC hook included — until some hook list changes. A
+ * job of the main Ractor sees it: two GCs or more since a hook of rperf's
+ * saw one, with no thread of another Ractor running (whose GCs the main
+ * Ractor's hooks would not see), or with every other Ractor meant to have
+ * rperf's allocation hook (whose END_MARK counts). It then changes the
+ * main Ractor's list (the GC hook out and in again), which sets the flags
+ * back to that list's events; at most every 20 ms. GVL held, main
+ * Ractor, in a job (allocates). */
+void rperf_rb_hooks_heal(void)
+{
+    static int64_t last;
+    if (!gc_hook_installed) return;
+    uint64_t n = (uint64_t)rb_gc_count();
+    if (n < atomic_load_explicit(&gc_seen, memory_order_relaxed) + 2) return;
+    int64_t now = rperf_mono_ns();
+    if (last && now - last < 20000000LL) return;
+    last = now;
+    if (rperf_engine_other_ractor_threads() > 0 && !rperf_rb_alloc_ractors_active()) return;
+    rb_remove_event_hook(gc_hook);
+    rb_add_event_hook(gc_hook, RPERF_RB_GC_EVENTS, Qnil);
+    atomic_store_explicit(&gc_seen, n, memory_order_relaxed);
 }
 
 /* Set in a fork child: the thread hook stays installed for good (it does

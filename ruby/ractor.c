@@ -71,9 +71,12 @@
 
 typedef struct ractor_rec {
     uint32_t id;
+    /* rperf's allocation hook is in this Ractor's hook list (ruby/alloc.c;
+     * set by a job in the Ractor, read by RESUMED) */
+    _Atomic bool alloc_hook;
 } ractor_rec_t;
 
-static ractor_rec_t main_rec = { 1 };  /* the main Ractor's, set at require */
+static ractor_rec_t main_rec = { 1, false };  /* the main Ractor's, set at require */
 static void rec_free(void *p)
 {
     if (p != &main_rec) free(p);
@@ -98,8 +101,24 @@ uint32_t rperf_rb_ractor_prepare(void)
     rec = malloc(sizeof(*rec));
     if (!rec) return 0;
     rec->id = atomic_fetch_add_explicit(&next_id, 1, memory_order_relaxed);
+    atomic_init(&rec->alloc_hook, false);
     rb_ractor_local_storage_ptr_set(rec_key, rec);
     return rec->id;
+}
+
+/* RESUMED-safe, as peek: this Ractor is another one, numbered, and has no
+ * allocation hook of rperf's yet. */
+bool rperf_rb_ractor_alloc_hook_missing(void)
+{
+    const ractor_rec_t *rec = rb_ractor_local_storage_ptr(rec_key);
+    return rec && rec->id > 1 && !atomic_load_explicit(&rec->alloc_hook, memory_order_relaxed);
+}
+
+/* In the Ractor (a job): its allocation hook was added. */
+void rperf_rb_ractor_alloc_hook_added(void)
+{
+    ractor_rec_t *rec = rb_ractor_local_storage_ptr(rec_key);
+    if (rec) atomic_store_explicit(&rec->alloc_hook, true, memory_order_relaxed);
 }
 
 /* Drop an incomplete UTF-8 sequence at the end (Ruby cuts names at a byte

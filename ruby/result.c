@@ -244,6 +244,7 @@ VALUE rperf_rb_build_result(bool raw)
         set(a, "sampled", ULL2NUM(hs.sampled));
         set(a, "dropped", ULL2NUM(hs.dropped));
         set(a, "live", ULL2NUM(hs.live));
+        set(a, "ractors", rperf_rb_alloc_ractors() ? Qtrue : Qfalse);
         set(a, "samples", c.allocs);
         set(h, "allocations", a);
     }

@@ -30,12 +30,19 @@ void rperf_rb_thread_state_set(VALUE th, rperf_thread_t *pt);
 void rperf_rb_hooks_install(void);
 void rperf_rb_hooks_remove(void);
 void rperf_rb_hooks_after_fork_child(void);
+/* a GC event reached a hook of rperf's (other Ractors' allocation hooks) */
+void rperf_rb_hooks_gc_seen(void);
+/* main Ractor, a job: put the event flags back if a collected Ractor
+ * cleared them */
+void rperf_rb_hooks_heal(void);
 
 /* alloc.c (allocation sampling: the NEWOBJ hook and the live heap's
  * questions to Ruby) */
 void rperf_rb_alloc_install(void);
 void rperf_rb_alloc_remove(void);
 void rperf_rb_alloc_pause(bool on);
+/* this run samples other Ractors' allocations too (GVL held) */
+bool rperf_rb_alloc_ractors(void);
 void rperf_rb_alloc_settle(void);
 /* at a window's close (worker parked): settle, and no samples until the
  * window is resumed (rperf_rb_alloc_pause(false)) */
@@ -46,12 +53,29 @@ static inline void rperf_rb_alloc_close(void)
 }
 void rperf_rb_alloc_relocate(void);
 void rperf_rb_alloc_gc_end_mark(void);
+/* RESUMED-safe: a job should run in this Ractor to add its allocation hook */
+bool rperf_rb_alloc_wants_ractor_job(void);
+/* RESUMED-safe: other Ractors get allocation hooks in this run */
+bool rperf_rb_alloc_ractors_active(void);
+/* any job: re-signal the native threads still waiting for theirs */
+void rperf_rb_alloc_job_any(void);
+/* the job, in a Ractor other than the main one, outside enter/leave */
+void rperf_rb_alloc_ractor_job(void);
+
+/* the GC events of rperf's GC hook (hooks.c); other Ractors' allocation
+ * hooks carry them too (alloc.c) */
+#define RPERF_RB_GC_EVENTS                                                                \
+    (RUBY_INTERNAL_EVENT_GC_START | RUBY_INTERNAL_EVENT_GC_END_MARK |                     \
+     RUBY_INTERNAL_EVENT_GC_END_SWEEP | RUBY_INTERNAL_EVENT_GC_ENTER |                    \
+     RUBY_INTERNAL_EVENT_GC_EXIT)
 VALUE rperf_rb_alloc_class_name(uint32_t class_id, uint32_t rtype);
 
 /* ractor.c */
 void rperf_rb_ractor_init(void);
 uint32_t rperf_rb_ractor_prepare(void);
 uint32_t rperf_rb_ractor_peek(void);   /* RESUMED-safe: the id, 0 = other, unnumbered */
+bool rperf_rb_ractor_alloc_hook_missing(void);   /* RESUMED-safe */
+void rperf_rb_ractor_alloc_hook_added(void);
 bool rperf_rb_other_ractors_p(void);
 bool rperf_rb_main_mn(void);   /* RUBY_MN_THREADS: main-Ractor threads share native threads */
 size_t rperf_rb_main_thread_tids(int32_t **out);   /* at start: sorted, malloc'd */

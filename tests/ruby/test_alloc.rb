@@ -18,6 +18,7 @@ def alloc_hashes(n) = n.times { |i| { k: i } }
 def alloc_in_c(n) = n.times { |i| i.to_s }
 def alloc_keep(keep, n) = n.times { |i| keep << [i] }
 def alloc_churn(n) = n.times { |i| [i] }
+def alloc_in_ractor(n) = n.times { |i| [i, i] }
 
 class TestAlloc < Test::Unit::TestCase
   include RperfTestHelper
@@ -190,6 +191,75 @@ class TestAlloc < Test::Unit::TestCase
     end
     go = false
     threads.each(&:join)
+  end
+
+  # Other Ractors' allocations are sampled (a hook in each Ractor's own
+  # list) and attributed to their threads; their GCs leave the main
+  # Ractor's live heap intact and readable (compaction included).
+  def test_other_ractors_allocations_are_sampled_beside_the_main_ones
+    Warning[:experimental] = false
+    # Ractors of earlier tests collected now: Ruby 3.3 clears the VM-wide
+    # event flags when it frees one (docs/architecture.md, "Allocations");
+    # rperf puts them back within a few milliseconds, which a run this
+    # short would see as a loss
+    GC.start
+    keep = []
+    Rperf.start(mode: :alloc, alloc_interval: 16)
+    rs = 2.times.map do
+      Ractor.new do
+        alloc_in_ractor(400_000)
+        :done
+      end
+    end
+    6.times do |k|
+      alloc_keep(keep, 20_000)
+      alloc_churn(40_000)
+      GC.compact if GC.respond_to?(:compact) && k == 3
+      Rperf.snapshot
+    end
+    assert_equal(%i[done done], rs.map(&:take))
+    data = Rperf.stop
+    assert_true(data[:allocations][:ractors])
+    ractors = data[:threads].to_h { |t| [t[:thread_seq], t[:ractor_id]] }
+    per_ractor = Hash.new(0)
+    data[:allocations][:samples].each do |frames, cls, ao, *, seq, _set|
+      next unless cls == "Array" && frames.any? { |f| f[1] == "Object#alloc_in_ractor" }
+
+      per_ractor[ractors.fetch(seq)] += ao
+    end
+    assert_equal(2, per_ractor.size, per_ractor.inspect)
+    per_ractor.each do |id, est|
+      assert_operator(id, :>, 1)
+      assert_in_delta(400_000, est, 40_000, "Ractor #{id}")
+    end
+    got = by_method(data)
+    assert_in_delta(120_000, got[["Object#alloc_keep", "Array"]][0], 12_000)
+    assert_in_delta(120_000, got[["Object#alloc_keep", "Array"]][2], 12_000, "kept, through compaction")
+  end
+
+  # With another hook in the main Ractor's list (a TracePoint here), adding
+  # one to another Ractor's list would turn it off (Ruby 3.3 sets the
+  # VM-wide event flags to the list that changed): only the main Ractor is
+  # sampled then, and the TracePoint keeps firing.
+  def test_a_tracepoint_in_the_main_ractor_keeps_other_ractors_unsampled
+    Warning[:experimental] = false
+    calls = 0
+    tp = TracePoint.new(:call) { calls += 1 }
+    tp.enable
+    begin
+      Rperf.start(mode: :alloc, alloc_interval: 16)
+      r = Ractor.new { 50_000.times.map { |i| [i] }.size }
+      assert_equal(50_000, r.take)
+      before = calls
+      alloc_pairs(100)
+      assert_operator(calls, :>, before, "the TracePoint still fires")
+      data = Rperf.stop
+    ensure
+      tp.disable
+    end
+    assert_false(data[:allocations][:ractors])
+    ractors = data[:threads].to_h { |t| [t[:thread_seq], t[:ractor_id]] }
+    data[:allocations][:samples].each { |*, seq, _set| assert_equal(1, ractors.fetch(seq, 1)) }
   end
 
   def test_bad_options_name_the_option_and_start_nothing

@@ -212,4 +212,27 @@ class TestGC < Test::Unit::TestCase
     assert_include(r["labels"], { "step" => "one" })
     assert_include(r["labels"], { "step" => "two" })
   end
+
+  # Ruby 3.3 clears the VM-wide event flags when it frees a Ractor whose
+  # hook list is empty: every event hook, rperf's GC hook included, stops
+  # firing. A run that meets it puts the flags back (ruby/hooks.c,
+  # rperf_rb_hooks_heal), so GC time is still attributed after it.
+  def test_gc_frames_go_on_after_a_ractor_is_collected_mid_run
+    script = <<~'RUBY'
+      Warning[:experimental] = false
+      Ractor.new { 1 }.take
+      res = Rperf.start(frequency: 1000, mode: :wall) do
+        GC.start                 # frees the finished Ractor: the flags go
+        rperf_alloc_work(0.4)
+      end
+      gc = res[:aggregated_samples].select { |f, *| f[0][0] == "<GC>" }.sum { |s| s[1] }
+      child_report("gc_ms" => gc / 1e6, "total_ms" => res[:aggregated_samples].sum { |s| s[1] } / 1e6)
+    RUBY
+    run = run_child(script, timeout: 120)
+    assert_child_ok(run)
+    r = run.report
+    assert_not_nil(r, run.describe)
+    # rperf_alloc_work spends a good part of its time in GC: ~0 without the fix
+    assert_operator(r["gc_ms"], :>, r["total_ms"] * 0.03, r.inspect)
+  end
 end
