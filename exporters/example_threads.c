@@ -9,6 +9,8 @@
  *
  * FORMAT
  *   thread_seq<TAB>ractor<TAB>name<TAB>entries<TAB>weight_ns<TAB>percent\n   (header)
+ *   (in an allocation view the weight column is named after the sample
+ *   type, e.g. "inuse_space", since weights are then objects or bytes)
  *   one line per thread_seq that has samples, in increasing thread_seq order;
  *   ractor and name are empty when the view does not know them; tabs and
  *   control characters in names are written as spaces, invalid UTF-8 as
@@ -68,7 +70,11 @@ threads_encode(const rperf_profile_view_t *v, const rperf_export_options_t *opts
                rperf_writer_t *w)
 {
     (void)opts; /* this exporter has no options */
-    rperf_writer_puts(w, "thread_seq\tractor\tname\tentries\tweight_ns\tpercent\n");
+    /* The weights' unit: nanoseconds in a time view, else what the chosen
+     * sample type counts (objects or bytes). */
+    rperf_writer_printf(w, "thread_seq\tractor\tname\tentries\t%s\tpercent\n",
+                        v->sample_type == RPERF_VALUE_TIME ? "weight_ns"
+                                                           : rperf_value_type_name(v->sample_type));
     if (v->sample_count == 0)
         return rperf_writer_status(w);
 
@@ -99,8 +105,8 @@ threads_encode(const rperf_profile_view_t *v, const rperf_export_options_t *opts
         if (t)
             put_name(w, t->name);
         /* percent with two decimals, rounded half up, in integer arithmetic
-         * (weights are nanoseconds; 10000 * weight fits easily in 64 bits
-         * for any realistic profile, and total > 0 here). */
+         * (20000 * weight fits easily in 64 bits for any realistic profile,
+         * and total > 0 here). */
         int64_t hundredths = (weight * 20000 + total) / (2 * total);
         rperf_writer_printf(w, "\t%zu\t%" PRId64 "\t%" PRId64 ".%02" PRId64 "\n", entries, weight,
                             hundredths / 100, hundredths % 100);

@@ -47,6 +47,10 @@ size_t rperf__u64_dec(char *buf, uint64_t v);
 /* v with ',' thousands separators into buf (>= 32 bytes, NUL-terminated);
  * returns the length. */
 size_t rperf__fmt_thousands(char *buf, uint64_t v);
+/* v bytes in the binary unit that fits it ("B", "KiB", "MiB", … "EiB"):
+ * returns the unit and stores the value x 10, rounded half up, in *tenths
+ * (for "B" the exact v x 10). 1023.95 KiB and up count as MiB, and so on. */
+const char *rperf__bytes_unit(uint64_t v, uint64_t *tenths);
 
 /* ---- hashing ---- */
 uint64_t rperf__hash_bytes(const void *p, size_t n, uint64_t seed);

@@ -13,13 +13,22 @@
  *   PAGE_TAIL (<script> … </script></body></html>)
  * DATA is one JSON object:
  *   {"version":1,
- *    "meta":{"mode","frequency","start_time_ns"|null,"duration_ns"|null,
- *            "sampling_count"|null,"backend"|null,"rperf","ruby","entries","total_ns"},
+ *    "meta":{"mode" ("cpu"|"wall"|"alloc"),
+ *            allocation views only: "sample_type" ("alloc_objects"|…),
+ *              "unit" ("objects"|"bytes": what weights count),
+ *              "alloc_interval"|null,"alloc_sampled"|null,"alloc_live"|null,
+ *            "frequency","start_time_ns"|null,"duration_ns"|null,
+ *            "sampling_count"|null,"backend"|null,"rperf","ruby","entries",
+ *            "total_ns" (time views) or "total" (allocation views): the
+ *            sum of the weights},
  *    "frames":[[name, file, line], …],            one per view frame
  *    "threads":[[thread_seq, ractor_id, name|null, native_tid], …],
  *    "label_sets":[[[key, value], …], …],         index = label_set_id
  *    "parent":[…], "frame":[…],                   the call tree, see below
- *    "samples":[node, weight_ns, thread_seq, label_set_id, …]}  flat, 4 per sample
+ *    "samples":[node, weight, thread_seq, label_set_id, …]}  flat, 4 per sample
+ * An allocation view (sample type other than time) is drawn the same way:
+ * weights are objects or bytes, shown with their unit; the object's class
+ * is a label (`class`) of each sample, so the label filter selects classes.
  * The call tree merges every stack root first: node 0 is the root (no
  * frame); node i >= 1 has frame frame[i-1] and parent i - parent[i-1]
  * (a delta, mostly 1: short output), so parents come before children. A
@@ -156,6 +165,17 @@ static const char page_tail[] =
     "});\n"
     "\n"
     "/* ---- formatting ---- */\n"
+    "/* a weight in the profile's unit: time (ns), objects or bytes */\n"
+    "var UNIT = M.unit || 'ns', TITLE = 'rperf ' + (M.sample_type && M.sample_type !== 'time' ? M.sample_type : M.mode) + ' profile';\n"
+    "function val(v) {\n"
+    "  if (UNIT === 'objects') return String(Math.round(v)).replace(/\\B(?=(\\d{3})+(?!\\d))/g, ',') + ' obj';\n"
+    "  if (UNIT === 'bytes') {\n"
+    "    var u = ['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB', 'EiB'], k = 0;\n"
+    "    while (k < u.length - 1 && v >= Math.pow(1024, k + 1) * 0.99995) k++;\n"
+    "    return k === 0 ? Math.round(v) + ' B' : (v / Math.pow(1024, k)).toFixed(1) + ' ' + u[k];\n"
+    "  }\n"
+    "  return ms(v);\n"
+    "}\n"
     "function ms(ns) {\n"
     "  var v = ns / 1e6;\n"
     "  return (v >= 100 ? v.toFixed(0) : v >= 1 ? v.toFixed(1) : v.toFixed(3)) + ' ms';\n"
@@ -170,13 +190,16 @@ static const char page_tail[] =
     "(function () {\n"
     "  var dl = $('meta');\n"
     "  function row(k, v) { var d = el('div'); d.appendChild(el('dt', k)); d.appendChild(el('dd', v)); dl.appendChild(d); }\n"
-    "  text($('title'), 'rperf ' + M.mode + ' profile');\n"
-    "  document.title = 'rperf ' + M.mode + ' profile';\n"
+    "  text($('title'), TITLE);\n"
+    "  document.title = TITLE;\n"
     "  row('Mode', M.mode);\n"
-    "  row('Frequency', M.frequency ? M.frequency + ' Hz' : 'unknown');\n"
+    "  if (UNIT !== 'ns') row('Sample type', M.sample_type);\n"
+    "  if (M.mode !== 'alloc') row('Frequency', M.frequency ? M.frequency + ' Hz' : 'unknown');\n"
+    "  if (UNIT !== 'ns') row('Allocation interval', M.alloc_interval ? String(M.alloc_interval) : 'unknown');\n"
     "  row('Duration', M.duration_ns != null ? ms(M.duration_ns) : 'unknown');\n"
-    "  row('Samples', M.sampling_count != null ? String(M.sampling_count) : 'unknown');\n"
-    "  row('Total weight', ms(allTotal));\n"
+    "  if (UNIT === 'ns') row('Samples', M.sampling_count != null ? String(M.sampling_count) : 'unknown');\n"
+    "  else row('Sampled', M.alloc_sampled != null ? M.alloc_sampled + ' allocations, ' + M.alloc_live + ' live' : 'unknown');\n"
+    "  row(UNIT === 'ns' ? 'Total weight' : 'Total', val(allTotal));\n"
     "  row('Stacks', String(NS));\n"
     "  row('Backend', M.backend ? M.backend : 'unknown');\n"
     "  if (M.start_time_ns != null) row('Started', new Date(M.start_time_ns / 1e6).toISOString());\n"
@@ -256,7 +279,7 @@ static const char page_tail[] =
     "    nmatch[n] = searching && (fmatch[frm[n]] || nmatch[par[n]]) ? 1 : 0;\n"
     "    if (nmatch[n]) matchedW += selfW[n];\n"
     "  }\n"
-    "  text($('matched'), searchError ? searchError : searching ? 'matched ' + pct(matchedW, totW[0]) + ' (' + ms(matchedW) + ')' : '');\n"
+    "  text($('matched'), searchError ? searchError : searching ? 'matched ' + pct(matchedW, totW[0]) + ' (' + val(matchedW) + ')' : '');\n"
     "}\n"
     "\n"
     "/* ---- flame graph (icicle: root on top), canvas ---- */\n"
@@ -313,7 +336,7 @@ static const char page_tail[] =
     "    ctx.fillStyle = col;\n"
     "    ctx.fillRect(x, y, Math.max(w - 1, 0.5), ROW - 1);\n"
     "    if (w > 24) {\n"
-    "      var label = n === 0 ? 'all ' + ms(totW[0]) : fname[frm[n]];\n"
+    "      var label = n === 0 ? 'all ' + val(totW[0]) : fname[frm[n]];\n"
     "      var fit = Math.floor((w - 6) / charW);\n"
     "      if (fit >= 2) {\n"
     "        if (label.length > fit) label = label.slice(0, fit - 1) + '\\u2026';\n"
@@ -347,7 +370,7 @@ static const char page_tail[] =
     "  tip.textContent = '';\n"
     "  tip.appendChild(el('b', n === 0 ? 'all' : fname[frm[n]]));\n"
     "  if (n > 0) tip.appendChild(el('div', floc[frm[n]]));\n"
-    "  tip.appendChild(el('div', 'total ' + ms(totW[n]) + ' (' + pct(totW[n], totW[0]) + '), self ' + ms(selfW[n])));\n"
+    "  tip.appendChild(el('div', 'total ' + val(totW[n]) + ' (' + pct(totW[n], totW[0]) + '), self ' + val(selfW[n])));\n"
     "  tip.style.display = 'block';\n"
     "  var tx = ev.clientX + 14, ty = ev.clientY + 14;\n"
     "  if (tx + tip.offsetWidth > window.innerWidth) tx = Math.max(0, ev.clientX - tip.offsetWidth - 8);\n"
@@ -398,8 +421,8 @@ static const char page_tail[] =
     "  var tb = $('top').tBodies[0], frag = document.createDocumentFragment(), total = totW[0];\n"
     "  rows.slice(0, TOPN).forEach(function (f) {\n"
     "    var tr = el('tr');\n"
-    "    tr.appendChild(el('td', ms(flat[f]))); tr.appendChild(el('td', pct(flat[f], total)));\n"
-    "    tr.appendChild(el('td', ms(cum[f]))); tr.appendChild(el('td', pct(cum[f], total)));\n"
+    "    tr.appendChild(el('td', val(flat[f]))); tr.appendChild(el('td', pct(flat[f], total)));\n"
+    "    tr.appendChild(el('td', val(cum[f]))); tr.appendChild(el('td', pct(cum[f], total)));\n"
     "    var nm = el('td', fname[f]); nm.className = 'name'; nm.title = fname[f]; tr.appendChild(nm);\n"
     "    var fl = el('td', floc[f]); fl.className = 'file'; tr.appendChild(fl);\n"
     "    tr.addEventListener('click', function () { $('search').value = fname[f]; $('regex').checked = false; runSearch(); redraw(); });\n"
@@ -637,9 +660,31 @@ put_meta(html_state_t *st, const rperf_profile_view_t *v)
     for (size_t i = 0; i < v->sample_count; i++)
         total += v->samples[i].weight;
     int rc;
-    if ((rc = rperf__buf_put_cstr(&st->out, v->mode == RPERF_MODE_WALL ? "{\"version\":1,\"meta\":{\"mode\":\"wall\""
-                                                    : "{\"version\":1,\"meta\":{\"mode\":\"cpu\"")) ||
-        (rc = rperf__buf_put_cstr(&st->out, ",\"frequency\":")) || (rc = put_i64(st, v->frequency)) ||
+    int alloc = v->sample_type != RPERF_VALUE_TIME;
+    const char *unit = v->sample_type == RPERF_VALUE_ALLOC_SPACE ||
+                               v->sample_type == RPERF_VALUE_INUSE_SPACE
+                           ? "bytes"
+                           : "objects";
+    if ((rc = rperf__buf_put_cstr(&st->out, "{\"version\":1,\"meta\":{\"mode\":\"")) ||
+        (rc = rperf__buf_put_cstr(&st->out, v->mode == RPERF_MODE_WALL    ? "wall"
+                                            : v->mode == RPERF_MODE_ALLOC ? "alloc"
+                                                                          : "cpu")) ||
+        (rc = rperf__buf_put_cstr(&st->out, "\"")))
+        return rc;
+    /* Allocation views only (a time view's data is as it always was). */
+    if (alloc &&
+        ((rc = rperf__buf_put_cstr(&st->out, ",\"sample_type\":\"")) ||
+         (rc = rperf__buf_put_cstr(&st->out, rperf_value_type_name(v->sample_type))) ||
+         (rc = rperf__buf_put_cstr(&st->out, "\",\"unit\":\"")) ||
+         (rc = rperf__buf_put_cstr(&st->out, unit)) ||
+         (rc = rperf__buf_put_cstr(&st->out, "\",\"alloc_interval\":")) ||
+         (rc = put_opt(st, v, RPERF_VIEW_HAS_ALLOC_INTERVAL, v->alloc_interval)) ||
+         (rc = rperf__buf_put_cstr(&st->out, ",\"alloc_sampled\":")) ||
+         (rc = put_opt(st, v, RPERF_VIEW_HAS_ALLOC_COUNTS, v->alloc_sampled)) ||
+         (rc = rperf__buf_put_cstr(&st->out, ",\"alloc_live\":")) ||
+         (rc = put_opt(st, v, RPERF_VIEW_HAS_ALLOC_COUNTS, v->alloc_live))))
+        return rc;
+    if ((rc = rperf__buf_put_cstr(&st->out, ",\"frequency\":")) || (rc = put_i64(st, v->frequency)) ||
         (rc = rperf__buf_put_cstr(&st->out, ",\"start_time_ns\":")) ||
         (rc = put_opt(st, v, RPERF_VIEW_HAS_START_TIME, v->start_time_ns)) ||
         (rc = rperf__buf_put_cstr(&st->out, ",\"duration_ns\":")) ||
@@ -653,7 +698,8 @@ put_meta(html_state_t *st, const rperf_profile_view_t *v)
         (rc = rperf__buf_put_cstr(&st->out, ",\"ruby\":")) ||
         (rc = put_str(st, v->ruby_description.ptr, v->ruby_description.len)) ||
         (rc = rperf__buf_put_cstr(&st->out, ",\"entries\":")) || (rc = rperf__buf_put_u64(&st->out, v->sample_count)) ||
-        (rc = rperf__buf_put_cstr(&st->out, ",\"total_ns\":")) || (rc = put_i64(st, total)) ||
+        (rc = rperf__buf_put_cstr(&st->out, alloc ? ",\"total\":" : ",\"total_ns\":")) ||
+        (rc = put_i64(st, total)) ||
         (rc = rperf__buf_put_cstr(&st->out, "}")))
         return rc;
     return 0;

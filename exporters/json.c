@@ -23,6 +23,10 @@
  *   represented (use pprof for labels).
  * - No samples: one empty profile named "empty" (speedscope rejects files
  *   without profiles).
+ * - Allocation views: the same shape, with the chosen sample type's values
+ *   as weights, unit "bytes" (alloc_space, inuse_space) or "none"
+ *   (alloc_objects, inuse_objects: counts), and the name
+ *   "rperf <sample type> profile" ("rperf inuse_space profile").
  * - Strings: invalid UTF-8 -> U+FFFD; '"', '\\' and control characters
  *   escaped; an empty frame name becomes "(unknown)".
  * See also exporter_internal.h, docs/exporters.md.
@@ -97,6 +101,11 @@ static int
 json_run(json_state_t *st, const rperf_profile_view_t *v)
 {
     int rc;
+    const char *unit = v->sample_type == RPERF_VALUE_TIME ? "\"nanoseconds\""
+                       : v->sample_type == RPERF_VALUE_ALLOC_SPACE ||
+                               v->sample_type == RPERF_VALUE_INUSE_SPACE
+                           ? "\"bytes\""
+                           : "\"none\"";
     if ((rc = rperf__buf_put_cstr(&st->out, "{\"$schema\":\"https://www.speedscope.app/file-format-schema.json\","
                           "\"exporter\":")))
         return rc;
@@ -110,8 +119,11 @@ json_run(json_state_t *st, const rperf_profile_view_t *v)
         }
         rperf__buf_free(&ex);
     }
-    if ((rc = rperf__buf_put_cstr(&st->out, v->mode == RPERF_MODE_WALL ? ",\"name\":\"rperf wall profile\""
-                                                     : ",\"name\":\"rperf cpu profile\"")) ||
+    if ((rc = rperf__buf_put_cstr(&st->out, ",\"name\":\"rperf ")) ||
+        (rc = rperf__buf_put_cstr(&st->out, v->sample_type != RPERF_VALUE_TIME
+                                                ? rperf_value_type_name(v->sample_type)
+                                            : v->mode == RPERF_MODE_WALL ? "wall" : "cpu")) ||
+        (rc = rperf__buf_put_cstr(&st->out, " profile\"")) ||
         (rc = rperf__buf_put_cstr(&st->out, ",\"activeProfileIndex\":0,\"shared\":{\"frames\":[")))
         return rc;
     for (size_t i = 0; i < v->frame_count; i++) {
@@ -131,8 +143,11 @@ json_run(json_state_t *st, const rperf_profile_view_t *v)
         return rc;
 
     if (v->sample_count == 0) {
-        if ((rc = rperf__buf_put_cstr(&st->out, "{\"type\":\"sampled\",\"name\":\"empty\",\"unit\":\"nanoseconds\","
-                              "\"startValue\":0,\"endValue\":0,\"samples\":[],\"weights\":[]}")))
+        if ((rc = rperf__buf_put_cstr(&st->out,
+                                      "{\"type\":\"sampled\",\"name\":\"empty\",\"unit\":")) ||
+            (rc = rperf__buf_put_cstr(&st->out, unit)) ||
+            (rc = rperf__buf_put_cstr(&st->out, ",\"startValue\":0,\"endValue\":0,"
+                                                "\"samples\":[],\"weights\":[]}")))
             return rc;
     } else {
         st->order = malloc(v->sample_count * sizeof *st->order);
@@ -154,7 +169,9 @@ json_run(json_state_t *st, const rperf_profile_view_t *v)
             if ((rc = rperf__buf_put_cstr(&st->out, first_profile ? "{\"type\":\"sampled\",\"name\":"
                                                 : ",{\"type\":\"sampled\",\"name\":")) ||
                 (rc = put_profile_name(st, seq)) ||
-                (rc = rperf__buf_put_cstr(&st->out, ",\"unit\":\"nanoseconds\",\"startValue\":0,\"endValue\":")) ||
+                (rc = rperf__buf_put_cstr(&st->out, ",\"unit\":")) ||
+                (rc = rperf__buf_put_cstr(&st->out, unit)) ||
+                (rc = rperf__buf_put_cstr(&st->out, ",\"startValue\":0,\"endValue\":")) ||
                 (rc = rperf__buf_put_u64(&st->out, (uint64_t)total)) || (rc = rperf__buf_put_cstr(&st->out, ",\"samples\":[")))
                 return rc;
             first_profile = 0;

@@ -7,23 +7,37 @@
  *
  * FORMAT (field numbers of profile.proto; written in this order, so the
  * first byte is 0x0a)
- *   1  sample_type   one ValueType {"cpu"|"wall", "nanoseconds"}
+ *   1  sample_type   time view: one ValueType {"cpu"|"wall", "nanoseconds"};
+ *                    allocation view (a heap profile as Go writes it):
+ *                    alloc_objects/count, alloc_space/bytes,
+ *                    inuse_objects/count, inuse_space/bytes
  *   2  sample        one per distinct (stack, thread_seq, label set):
- *                    location_id (packed, leaf first), value (packed,
- *                    [weight_ns]), labels: {thread_seq: num} when > 0,
+ *                    location_id (packed, leaf first), value (packed:
+ *                    [weight_ns], or the four allocation values, from
+ *                    view->alloc_samples, so entries whose chosen value is
+ *                    0 are kept), labels: {thread_seq: num} when > 0,
  *                    {ractor: num} when the view knows the thread's Ractor,
- *                    then one {key: str} per user label, except the
-                    reserved key "pid" with a decimal integer value,
-                    written {key: num} (the rperf command's per-process
-                    label, docs/cli.md)
+ *                    then one {key: str} per label of the sample's label
+ *                    set (in an allocation view it holds the object's
+ *                    `class`), except the reserved key "pid" with a decimal
+ *                    integer value, written {key: num} (the rperf command's
+ *                    per-process label, docs/cli.md)
  *   4  location      one per view frame: id = frame index + 1, one Line
  *                    {function_id = id, line = frame line when known}
  *   5  function      one per view frame: id, name, filename, start_line
  *   6  string_table  "" first; each (sanitised) string once
  *   9/10             time_nanos / duration_nanos when the view has them
- *   11/12            period_type (= sample type), period = 1e9 / frequency
- *   13 comment       "rperf <version>", "mode: <m>", "frequency: <f>Hz",
- *                    "ruby: <description>" (when known)
+ *   11/12            time: period_type (= sample type), period = 1e9 /
+ *                    frequency; allocation: period_type space/bytes,
+ *                    period = the mean bytes between two sampled
+ *                    allocations, estimated as alloc_interval x
+ *                    (alloc_space / alloc_objects) (Go's MemProfileRate is
+ *                    the same quantity); alloc_interval when no bytes are
+ *                    known; absent when the interval is unknown
+ *   13 comment       "rperf <version>", "mode: <m>", "frequency: <f>Hz"
+ *                    (cpu and wall runs), "allocation interval: <n>" (when
+ *                    known), "ruby: <description>" (when known)
+ *   14 default_sample_type  allocation views: the chosen type's name
  *
  * INVARIANTS
  * - Every string goes through rperf__utf8_sanitize() before interning, so
@@ -52,6 +66,10 @@ typedef struct {
     unsigned char *label_is_num; /* per label: written as Label.num */
     size_t *set_first;           /* per label set: first index in label_kv / 2 */
     rperf__seqmap_t stacks;      /* key: thread_seq, label_set_id, frames…; sum: weight */
+    const int64_t *vals;         /* per stack id: nvals values (time: stacks.sum) */
+    int64_t *alloc_vals;         /* allocation views: the four sums per stack id */
+    size_t alloc_cap;            /* stack ids alloc_vals has room for */
+    int nvals;
     rperf__buf_t key;            /* scratch key */
     rperf__threads_t threads;
 } pprof_state_t;
@@ -186,9 +204,54 @@ put_value_type(pprof_state_t *st, uint32_t field, uint32_t type, uint32_t unit)
     return 0;
 }
 
+/* Allocation view: one stack per distinct (thread, label set, frames) of
+ * view->alloc_samples, with the four values summed. */
+static int
+merge_alloc_samples(pprof_state_t *st, const rperf_profile_view_t *v)
+{
+    size_t items = 0;
+    for (size_t i = 0; i < v->alloc_sample_count; i++)
+        items += (size_t)v->alloc_samples[i].depth + 2;
+    int rc = rperf__seqmap_init(&st->stacks, v->alloc_sample_count, items);
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < v->alloc_sample_count; i++) {
+        const rperf_view_alloc_sample_t *a = &v->alloc_samples[i];
+        uint32_t *key = rperf__buf_u32s(&st->key, (size_t)a->depth + 2);
+        if (!key)
+            return -ENOMEM;
+        key[0] = a->thread_seq;
+        key[1] = a->label_set_id;
+        if (a->depth)
+            memcpy(key + 2, a->frames, (size_t)a->depth * sizeof *a->frames);
+        uint32_t id;
+        int is_new;
+        if ((rc = rperf__seqmap_intern(&st->stacks, key, a->depth + 2, &id, &is_new)))
+            return rc;
+        if (id >= st->alloc_cap) {
+            size_t cap = st->alloc_cap ? st->alloc_cap * 2 : 64;
+            while (cap <= id)
+                cap *= 2;
+            int64_t *nv = realloc(st->alloc_vals, cap * RPERF_VIEW_ALLOC_VALUES * sizeof *nv);
+            if (!nv)
+                return -ENOMEM;
+            st->alloc_vals = nv;
+            st->alloc_cap = cap;
+        }
+        int64_t *sum = st->alloc_vals + (size_t)id * RPERF_VIEW_ALLOC_VALUES;
+        for (int k = 0; k < RPERF_VIEW_ALLOC_VALUES; k++)
+            sum[k] = (is_new ? 0 : sum[k]) + a->values[k];
+    }
+    st->vals = st->alloc_vals;
+    st->nvals = RPERF_VIEW_ALLOC_VALUES;
+    return 0;
+}
+
 static int
 merge_samples(pprof_state_t *st, const rperf_profile_view_t *v)
 {
+    if (v->sample_type != RPERF_VALUE_TIME)
+        return merge_alloc_samples(st, v);
     size_t items = 0;
     for (size_t i = 0; i < v->sample_count; i++)
         items += (size_t)v->samples[i].depth + 2;
@@ -207,6 +270,8 @@ merge_samples(pprof_state_t *st, const rperf_profile_view_t *v)
         if ((rc = rperf__seqmap_add(&st->stacks, key, s->depth + 2, s->weight, NULL)))
             return rc;
     }
+    st->vals = st->stacks.sum;
+    st->nvals = 1;
     return 0;
 }
 
@@ -220,7 +285,7 @@ put_samples(pprof_state_t *st, const rperf_profile_view_t *v, uint32_t s_thread_
         uint32_t thread_seq = key[0], set = key[1];
         const uint32_t *frames = key + 2;
         uint32_t depth = klen - 2;
-        int64_t weight = st->stacks.sum[id];
+        const int64_t *values = st->vals + (size_t)id * (size_t)st->nvals;
 
         size_t locs = 0;
         for (uint32_t d = 0; d < depth; d++)
@@ -228,7 +293,9 @@ put_samples(pprof_state_t *st, const rperf_profile_view_t *v, uint32_t s_thread_
         size_t body = 0;
         if (depth)
             body += 1 + varint_size(locs) + locs;
-        size_t vals = varint_size((uint64_t)weight);
+        size_t vals = 0;
+        for (int k = 0; k < st->nvals; k++)
+            vals += varint_size((uint64_t)values[k]);
         body += 1 + varint_size(vals) + vals;
 
         size_t lab_thread = 0, lab_ractor = 0;
@@ -268,7 +335,8 @@ put_samples(pprof_state_t *st, const rperf_profile_view_t *v, uint32_t s_thread_
         }
         put_tag(b, 2, 2);
         put_varint(b, vals);
-        put_varint(b, (uint64_t)weight);
+        for (int k = 0; k < st->nvals; k++)
+            put_varint(b, (uint64_t)values[k]);
         if (thread_seq) {
             put_tag(b, 3, 2);
             put_varint(b, lab_thread);
@@ -351,18 +419,57 @@ put_string_table(pprof_state_t *st)
     return 0;
 }
 
+/* An allocation profile's period: the mean bytes allocated between two
+ * sampled allocations, interval x (alloc_space / alloc_objects) over the
+ * whole view (Go's heap profiles give MemProfileRate, the same quantity),
+ * or the interval itself when no bytes are known. */
+static int64_t
+alloc_period(const rperf_profile_view_t *v, int64_t interval)
+{
+    const int io = RPERF_VIEW_ALLOC_INDEX(RPERF_VALUE_ALLOC_OBJECTS),
+              ib = RPERF_VIEW_ALLOC_INDEX(RPERF_VALUE_ALLOC_SPACE);
+    double objects = 0, bytes = 0;
+    for (size_t i = 0; i < v->alloc_sample_count; i++) {
+        objects += (double)v->alloc_samples[i].values[io];
+        bytes += (double)v->alloc_samples[i].values[ib];
+    }
+    if (objects <= 0 || bytes <= 0)
+        return interval;
+    double p = (double)interval * bytes / objects + 0.5;
+    return p >= 9.2e18 ? INT64_MAX : (int64_t)p;
+}
+
 static int
 pprof_encode_state(pprof_state_t *st, const rperf_profile_view_t *v)
 {
     int rc;
-    uint32_t s_empty, s_thread_seq, s_ractor, s_type, s_unit;
+    int alloc = v->sample_type != RPERF_VALUE_TIME;
+    /* Sample types: [type, unit] string ids; the period type is the last pair. */
+    uint32_t s_empty, s_thread_seq, s_ractor, types[RPERF_VIEW_ALLOC_VALUES + 1][2], s_default = 0;
+    int ntypes = alloc ? RPERF_VIEW_ALLOC_VALUES : 1;
     if ((rc = rperf__strmap_init(&st->strings, v->frame_count * 2 + 64, 0)) ||
         (rc = intern_cstr(st, "", &s_empty)) ||
         (rc = intern_cstr(st, "thread_seq", &s_thread_seq)) ||
-        (rc = intern_cstr(st, "ractor", &s_ractor)) ||
-        (rc = intern_cstr(st, v->mode == RPERF_MODE_WALL ? "wall" : "cpu", &s_type)) ||
-        (rc = intern_cstr(st, "nanoseconds", &s_unit)))
+        (rc = intern_cstr(st, "ractor", &s_ractor)))
         return rc;
+    if (alloc) {
+        for (int k = 0; k < RPERF_VIEW_ALLOC_VALUES; k++) {
+            rperf_value_type_t t = (rperf_value_type_t)(k + 1);
+            if ((rc = intern_cstr(st, rperf_value_type_name(t), &types[k][0])) ||
+                (rc = intern_cstr(st, rperf_value_type_unit(t), &types[k][1])))
+                return rc;
+        }
+        s_default = types[RPERF_VIEW_ALLOC_INDEX(v->sample_type)][0];
+        if ((rc = intern_cstr(st, "space", &types[ntypes][0])) ||
+            (rc = intern_cstr(st, "bytes", &types[ntypes][1])))
+            return rc;
+    } else {
+        if ((rc = intern_cstr(st, v->mode == RPERF_MODE_WALL ? "wall" : "cpu", &types[0][0])) ||
+            (rc = intern_cstr(st, "nanoseconds", &types[0][1])))
+            return rc;
+        types[1][0] = types[0][0];
+        types[1][1] = types[0][1];
+    }
 
     /* Functions: one per view frame. */
     if (v->frame_count) {
@@ -406,18 +513,28 @@ pprof_encode_state(pprof_state_t *st, const rperf_profile_view_t *v)
 
     /* Comments. */
     char line[512];
-    uint32_t comments[4];
+    uint32_t comments[5];
     int ncomments = 0;
     snprintf(line, sizeof line, "rperf %.*s", (int)(v->rperf_version.len > 64 ? 64 : v->rperf_version.len),
              v->rperf_version.len ? v->rperf_version.ptr : "");
     if ((rc = intern_cstr(st, v->rperf_version.len ? line : "rperf", &comments[ncomments++])))
         return rc;
-    if ((rc = intern_cstr(st, v->mode == RPERF_MODE_WALL ? "mode: wall" : "mode: cpu",
+    if ((rc = intern_cstr(st, v->mode == RPERF_MODE_WALL    ? "mode: wall"
+                              : v->mode == RPERF_MODE_ALLOC ? "mode: alloc"
+                                                            : "mode: cpu",
                           &comments[ncomments++])))
         return rc;
-    snprintf(line, sizeof line, "frequency: %dHz", (int)v->frequency);
-    if ((rc = intern_cstr(st, line, &comments[ncomments++])))
-        return rc;
+    if (v->mode != RPERF_MODE_ALLOC) {
+        snprintf(line, sizeof line, "frequency: %dHz", (int)v->frequency);
+        if ((rc = intern_cstr(st, line, &comments[ncomments++])))
+            return rc;
+    }
+    int64_t interval = (v->flags & RPERF_VIEW_HAS_ALLOC_INTERVAL) ? v->alloc_interval : 0;
+    if (alloc && interval > 0) {
+        snprintf(line, sizeof line, "allocation interval: %lld", (long long)interval);
+        if ((rc = intern_cstr(st, line, &comments[ncomments++])))
+            return rc;
+    }
     if (v->ruby_description.len) {
         rperf__buf_t tmp = {0};
         if ((rc = rperf__buf_append(&tmp, "ruby: ", 6)) ||
@@ -433,8 +550,10 @@ pprof_encode_state(pprof_state_t *st, const rperf_profile_view_t *v)
         return rc;
 
     /* Emit, in field order. */
-    if ((rc = put_value_type(st, 1, s_type, s_unit)) ||
-        (rc = put_samples(st, v, s_thread_seq, s_ractor)) ||
+    for (int k = 0; k < ntypes; k++)
+        if ((rc = put_value_type(st, 1, types[k][0], types[k][1])))
+            return rc;
+    if ((rc = put_samples(st, v, s_thread_seq, s_ractor)) ||
         (rc = put_locations_and_functions(st, v)) || (rc = put_string_table(st)))
         return rc;
     if ((rc = reserve(st, 128)))
@@ -443,12 +562,14 @@ pprof_encode_state(pprof_state_t *st, const rperf_profile_view_t *v)
         put_field_varint(&st->out, 9, (uint64_t)v->start_time_ns);
     if (v->flags & RPERF_VIEW_HAS_DURATION)
         put_field_varint(&st->out, 10, (uint64_t)v->duration_ns);
-    if ((rc = put_value_type(st, 11, s_type, s_unit)))
+    if ((rc = put_value_type(st, 11, types[ntypes][0], types[ntypes][1])))
         return rc;
     if ((rc = reserve(st, 128)))
         return rc;
-    if (v->frequency > 0)
+    if (!alloc && v->frequency > 0)
         put_field_varint(&st->out, 12, (uint64_t)(1000000000 / v->frequency));
+    if (alloc && interval > 0)
+        put_field_varint(&st->out, 12, (uint64_t)alloc_period(v, interval));
     size_t cbody = 0;
     for (int i = 0; i < ncomments; i++)
         cbody += varint_size(comments[i]);
@@ -456,6 +577,8 @@ pprof_encode_state(pprof_state_t *st, const rperf_profile_view_t *v)
     put_varint(&st->out, cbody);
     for (int i = 0; i < ncomments; i++)
         put_varint(&st->out, comments[i]);
+    if (alloc)
+        put_field_varint(&st->out, 14, s_default);
     return rperf__buf_flush(&st->out, st->w, 0);
 }
 
@@ -471,6 +594,7 @@ pprof_encode(const rperf_profile_view_t *v, const rperf_export_options_t *opts, 
     rperf__buf_free(&st.scratch);
     rperf__strmap_free(&st.strings);
     rperf__seqmap_free(&st.stacks);
+    free(st.alloc_vals);
     rperf__threads_free(&st.threads);
     free(st.fn_name);
     free(st.fn_file);

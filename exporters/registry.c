@@ -89,8 +89,9 @@ valid_name(const char *s)
 int
 rperf_exporter_register(const rperf_exporter_ops_t *ops)
 {
-    if (!ops || ops->version != RPERF_EXPORTER_ABI_VERSION || !valid_name(ops->name) ||
-        !ops->encode || !ops->suffix || !ops->description)
+    if (!ops || ops->version < RPERF_EXPORTER_ABI_MIN_VERSION ||
+        ops->version > RPERF_EXPORTER_ABI_VERSION || !valid_name(ops->name) || !ops->encode ||
+        !ops->suffix || !ops->description)
         return -EINVAL;
     pthread_mutex_lock(&reg_lock);
     int rc = 0;

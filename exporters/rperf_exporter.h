@@ -19,7 +19,30 @@ extern "C" {
 
 /* ---- Profile view ------------------------------------------------------- */
 
-typedef enum { RPERF_MODE_CPU = 0, RPERF_MODE_WALL = 1 } rperf_mode_t;
+/* What the run sampled: thread CPU time, wall time, or allocations only
+ * (a result with `mode: :alloc`, which has no time samples). */
+typedef enum { RPERF_MODE_CPU = 0, RPERF_MODE_WALL = 1, RPERF_MODE_ALLOC = 2 } rperf_mode_t;
+
+/* The sample type of a view (pprof calls it a value type): what every
+ * samples[i].weight counts.
+ *   RPERF_VALUE_TIME           nanoseconds of CPU or wall time (per `mode`)
+ *   RPERF_VALUE_ALLOC_OBJECTS  objects allocated (as the result holds it)
+ *   RPERF_VALUE_ALLOC_SPACE    bytes allocated
+ *   RPERF_VALUE_INUSE_OBJECTS  objects still alive when the result was made
+ *   RPERF_VALUE_INUSE_SPACE    bytes still alive when the result was made
+ * The four allocation types are Go's heap-profile sample types, in Go's
+ * order; RPERF_VIEW_ALLOC_INDEX(t) is type t's index in
+ * rperf_view_alloc_sample_t.values. */
+typedef enum {
+    RPERF_VALUE_TIME = 0,
+    RPERF_VALUE_ALLOC_OBJECTS = 1,
+    RPERF_VALUE_ALLOC_SPACE = 2,
+    RPERF_VALUE_INUSE_OBJECTS = 3,
+    RPERF_VALUE_INUSE_SPACE = 4,
+} rperf_value_type_t;
+
+#define RPERF_VIEW_ALLOC_VALUES 4
+#define RPERF_VIEW_ALLOC_INDEX(t) ((int)(t) - 1)
 
 /* A string that is not necessarily NUL-terminated and not necessarily valid
  * UTF-8 (exporters must sanitise where their format requires it). */
@@ -42,7 +65,8 @@ typedef struct rperf_view_frame {
 typedef struct rperf_view_sample {
     const uint32_t *frames;
     uint32_t depth;
-    int64_t weight;          /* nanoseconds, > 0 */
+    int64_t weight;          /* > 0, in the unit of view->sample_type: nanoseconds
+                              * (time), objects or bytes (allocation types) */
     uint32_t thread_seq;     /* 0 = unknown thread */
     uint32_t label_set_id;   /* index into view->label_sets; 0 = no labels */
 } rperf_view_sample_t;
@@ -57,6 +81,19 @@ typedef struct rperf_view_label_set {
     uint32_t count;
 } rperf_view_label_set_t;
 
+/* One allocation entry of an allocation view: a (stack, thread, label set)
+ * with all four values (indexed by RPERF_VIEW_ALLOC_INDEX()), each >= 0 and at
+ * least one > 0. Its label set holds the object's class as the label
+ * `class` (next to the thread's user labels). */
+typedef struct rperf_view_alloc_sample {
+    const uint32_t *frames;  /* as in rperf_view_sample_t, leaf first */
+    uint32_t depth;
+    uint32_t thread_seq;     /* 0 = unknown thread */
+    uint32_t label_set_id;   /* index into view->label_sets */
+    /* alloc_objects, alloc_space, inuse_objects, inuse_space */
+    int64_t values[RPERF_VIEW_ALLOC_VALUES];
+} rperf_view_alloc_sample_t;
+
 /* Per-thread information (thread_seq -> Ractor id, name, native tid). */
 typedef struct rperf_view_thread {
     uint32_t thread_seq;
@@ -69,6 +106,8 @@ typedef struct rperf_view_thread {
 #define RPERF_VIEW_HAS_DURATION       (1u << 1)
 #define RPERF_VIEW_HAS_SAMPLING_COUNT (1u << 2)
 #define RPERF_VIEW_HAS_LABEL_SETS     (1u << 3)
+#define RPERF_VIEW_HAS_ALLOC_INTERVAL (1u << 4) /* alloc_interval */
+#define RPERF_VIEW_HAS_ALLOC_COUNTS   (1u << 5) /* alloc_sampled, alloc_live */
 
 typedef struct rperf_profile_view {
     rperf_mode_t mode;
@@ -91,7 +130,28 @@ typedef struct rperf_profile_view {
     rperf_str_t rperf_version;    /* e.g. "0.7.0" */
     rperf_str_t ruby_description; /* RUBY_DESCRIPTION; may be empty */
     rperf_str_t backend;          /* timer backend ("signal", "nanosleep"); may be empty */
+
+    /* What samples[].weight counts (see rperf_value_type_t). A time view
+     * (RPERF_VALUE_TIME) is what ABI version 1 knew; the fields below are
+     * all zero in it. */
+    rperf_value_type_t sample_type;
+    /* Allocation views only: every allocation entry with all four values,
+     * including those whose value for `sample_type` is 0 (which are not in
+     * `samples`). samples[] holds the entries whose chosen value is > 0,
+     * with that value as weight, in the same order. */
+    const rperf_view_alloc_sample_t *alloc_samples;
+    size_t alloc_sample_count;
+    int64_t alloc_interval;       /* mean allocations per sampled allocation (flag _INTERVAL) */
+    int64_t alloc_sampled;        /* allocations sampled in the window (flag _COUNTS) */
+    int64_t alloc_live;           /* sampled objects alive when the result was made (_COUNTS) */
 } rperf_profile_view_t;
+
+/* "time", "alloc_objects", "alloc_space", "inuse_objects", "inuse_space";
+ * NULL for a value outside the enum. */
+const char *rperf_value_type_name(rperf_value_type_t t);
+/* The unit of a sample type as pprof names it: "nanoseconds", "count",
+ * "bytes"; NULL outside the enum. */
+const char *rperf_value_type_unit(rperf_value_type_t t);
 
 /* ---- Writer ------------------------------------------------------------- */
 
@@ -203,12 +263,17 @@ typedef struct rperf_export_options {
 /* Fill `o` with the defaults above. */
 void rperf_export_options_init(rperf_export_options_t *o);
 
-#define RPERF_EXPORTER_ABI_VERSION 1
+/* Version 2 added the sample type and allocation fields at the end of the
+ * view (and RPERF_MODE_ALLOC). Version 1 exporters still register; they are
+ * only given time views (an allocation view is refused with -ENOTSUP before
+ * their encode() runs, since they would print bytes as nanoseconds). */
+#define RPERF_EXPORTER_ABI_VERSION 2
+#define RPERF_EXPORTER_ABI_MIN_VERSION 1
 
 /* An exporter: a const object, usually one per file in exporters/.
- * Fields valid for version 1: all of them. */
+ * Fields valid for versions 1 and 2: all of them. */
 typedef struct rperf_exporter_ops {
-    uint32_t version;           /* RPERF_EXPORTER_ABI_VERSION */
+    uint32_t version;           /* RPERF_EXPORTER_ABI_VERSION (1 still accepted) */
     const char *name;           /* "pprof", "collapsed", ... ([a-z0-9_-]+) */
     const char *suffix;         /* default file suffix, e.g. ".pb.gz" */
     const char *description;    /* one line */
@@ -257,14 +322,17 @@ int rperf_exporter_register(const rperf_exporter_ops_t *ops);
 /* ---- Running an exporter --------------------------------------------------- */
 
 /* Check the view's invariants (frame indices in range, weights > 0,
- * label-set ids in range, non-NULL arrays when counts are non-zero).
+ * label-set ids in range, non-NULL arrays when counts are non-zero, a
+ * known mode and sample type, no time sample type in an alloc-mode view,
+ * allocation entries only in allocation views, their values >= 0).
  * Returns 0 or -EINVAL with a message in errbuf (may be NULL). */
 int rperf_view_check(const rperf_profile_view_t *view, char *errbuf, size_t errlen);
 
 /* Check the view and encode it into a new memory buffer (gzip-compressed
  * when gzip is 1; gzip = -1 follows ops->gzip). On success returns 0 and
  * stores a malloc'd buffer (release with free()); on failure a negative
- * errno and a message in errbuf. */
+ * errno and a message in errbuf (-ENOTSUP: an allocation view for an
+ * exporter of ABI version 1). */
 int rperf_export_to_memory(const rperf_exporter_ops_t *ops, const rperf_profile_view_t *view,
                            const rperf_export_options_t *opts, int gzip,
                            unsigned char **data, size_t *len, char *errbuf, size_t errlen);

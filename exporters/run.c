@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * run.c — running an exporter: option defaults, the view invariant check,
- * and the drivers that wire writer, optional gzip and the exporter's
+ * run.c — running an exporter: option defaults, sample type names, the view
+ * invariant check, and the drivers that wire writer, optional gzip and the exporter's
  * encode() together: rperf_export_to_writer() (any writer), and on top of
  * it rperf_export_to_memory() / rperf_export_to_file().
  *
@@ -20,6 +20,32 @@ rperf_export_options_init(rperf_export_options_t *o)
 {
     o->top_n = 50;
     o->header = 1;
+}
+
+const char *
+rperf_value_type_name(rperf_value_type_t t)
+{
+    switch (t) {
+    case RPERF_VALUE_TIME: return "time";
+    case RPERF_VALUE_ALLOC_OBJECTS: return "alloc_objects";
+    case RPERF_VALUE_ALLOC_SPACE: return "alloc_space";
+    case RPERF_VALUE_INUSE_OBJECTS: return "inuse_objects";
+    case RPERF_VALUE_INUSE_SPACE: return "inuse_space";
+    }
+    return NULL;
+}
+
+const char *
+rperf_value_type_unit(rperf_value_type_t t)
+{
+    switch (t) {
+    case RPERF_VALUE_TIME: return "nanoseconds";
+    case RPERF_VALUE_ALLOC_OBJECTS:
+    case RPERF_VALUE_INUSE_OBJECTS: return "count";
+    case RPERF_VALUE_ALLOC_SPACE:
+    case RPERF_VALUE_INUSE_SPACE: return "bytes";
+    }
+    return NULL;
 }
 
 static void
@@ -43,9 +69,54 @@ rperf_view_check(const rperf_profile_view_t *v, char *errbuf, size_t errlen)
         set_err(errbuf, errlen, "profile view: NULL array with a non-zero count");
         return -EINVAL;
     }
-    if (v->mode != RPERF_MODE_CPU && v->mode != RPERF_MODE_WALL) {
+    if (v->mode != RPERF_MODE_CPU && v->mode != RPERF_MODE_WALL && v->mode != RPERF_MODE_ALLOC) {
         set_err(errbuf, errlen, "profile view: bad mode");
         return -EINVAL;
+    }
+    if (!rperf_value_type_name(v->sample_type)) {
+        set_err(errbuf, errlen, "profile view: bad sample type");
+        return -EINVAL;
+    }
+    if (v->sample_type == RPERF_VALUE_TIME && v->mode == RPERF_MODE_ALLOC) {
+        set_err(errbuf, errlen, "profile view: an alloc-mode view has no time samples");
+        return -EINVAL;
+    }
+    if (v->sample_type == RPERF_VALUE_TIME ? v->alloc_sample_count != 0
+                                            : (v->alloc_sample_count && !v->alloc_samples)) {
+        set_err(errbuf, errlen, v->sample_type == RPERF_VALUE_TIME
+                                    ? "profile view: allocation entries in a time view"
+                                    : "profile view: NULL array with a non-zero count");
+        return -EINVAL;
+    }
+    for (size_t i = 0; i < v->alloc_sample_count; i++) {
+        const rperf_view_alloc_sample_t *a = &v->alloc_samples[i];
+        int any = 0;
+        for (int k = 0; k < RPERF_VIEW_ALLOC_VALUES; k++) {
+            if (a->values[k] < 0) {
+                snprintf(msg, sizeof msg,
+                         "profile view: allocation entry %zu has a negative value", i);
+                set_err(errbuf, errlen, msg);
+                return -EINVAL;
+            }
+            any |= a->values[k] > 0;
+        }
+        if (!any || (a->depth && !a->frames) ||
+            (a->label_set_id && a->label_set_id >= v->label_set_count)) {
+            snprintf(msg, sizeof msg, "profile view: allocation entry %zu: %s", i,
+                     !any ? "all values are 0"
+                          : (a->depth && !a->frames) ? "no frame array" : "label set out of range");
+            set_err(errbuf, errlen, msg);
+            return -EINVAL;
+        }
+        for (uint32_t d = 0; d < a->depth; d++) {
+            if (a->frames[d] >= v->frame_count) {
+                snprintf(msg, sizeof msg,
+                         "profile view: allocation entry %zu: frame %u out of range", i,
+                         a->frames[d]);
+                set_err(errbuf, errlen, msg);
+                return -EINVAL;
+            }
+        }
     }
     if (v->frequency < 0) {
         set_err(errbuf, errlen, "profile view: negative frequency");
@@ -112,6 +183,14 @@ rperf_export_to_writer(const rperf_exporter_ops_t *ops, const rperf_profile_view
     int rc = rperf_view_check(view, errbuf, errlen);
     if (rc)
         return rc;
+    if (view->sample_type != RPERF_VALUE_TIME && ops->version < 2) {
+        if (errbuf && errlen)
+            snprintf(errbuf, errlen,
+                     "%s: exporter built for ABI version %u, which has no allocation sample "
+                     "types (%s asked)", ops->name, (unsigned)ops->version,
+                     rperf_value_type_name(view->sample_type));
+        return -ENOTSUP;
+    }
     rperf_export_options_t defaults;
     if (!opts) {
         rperf_export_options_init(&defaults);

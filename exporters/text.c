@@ -24,6 +24,18 @@
  *   sample entries. No samples: "No samples recorded.\n".
  * - Labels and paths: invalid UTF-8 -> U+FFFD, control bytes -> \xNN, an
  *   empty label -> "(unknown)"; " (path)" is omitted when the path is empty.
+ * ALLOCATION VIEWS (view->sample_type other than time) count objects or
+ * bytes instead of time:
+ *   Total: 1.5 MiB (inuse_space)             <- or "Total: 1234 objects (alloc_objects)"
+ *   Sampled: 123 allocations, 45 live, interval 1024   <- "Samples: <entries>"
+ *                                               when the counts are unknown; no
+ *                                               interval when it is unknown
+ *   <empty line>
+ *    Flat:
+ *     <value, 14 wide> <unit, 3 wide> <pct, 5 wide>%  <label> (<path>)
+ * - objects: the count with ',' thousands separators, unit "obj";
+ *   bytes: in the binary unit that fits each value (B, KiB, MiB, GiB, …),
+ *   one decimal (none for B), rounded half up.
  * See also exporter_internal.h.
  */
 #include <errno.h>
@@ -89,6 +101,28 @@ fmt_pct(char *buf, size_t len, int64_t w, int64_t total)
     snprintf(buf, len, "%" PRIu64 ".%u", t / 10, (unsigned)(t % 10));
 }
 
+/* An allocation value as "<number>" and "<unit>" (see ALLOCATION VIEWS). */
+static void
+fmt_alloc(char *num, size_t numlen, const char **unit, rperf_value_type_t type, int64_t v,
+          int thousands)
+{
+    uint64_t u = v > 0 ? (uint64_t)v : 0;
+    if (type == RPERF_VALUE_ALLOC_OBJECTS || type == RPERF_VALUE_INUSE_OBJECTS) {
+        *unit = "obj";
+        if (thousands)
+            rperf__fmt_thousands(num, u);
+        else
+            snprintf(num, numlen, "%" PRIu64, u);
+        return;
+    }
+    uint64_t t;
+    *unit = rperf__bytes_unit(u, &t);
+    if (strcmp(*unit, "B") == 0)
+        snprintf(num, numlen, "%" PRIu64, t / 10);
+    else
+        snprintf(num, numlen, "%" PRIu64 ".%u", t / 10, (unsigned)(t % 10));
+}
+
 typedef struct {
     const text_state_t *st;
     const int64_t *weight;
@@ -119,8 +153,8 @@ cmp_rows(const void *a, const void *b, void *ctx)
 }
 
 static int
-put_table(text_state_t *st, rperf_writer_t *w, const char *title, const int64_t *weight,
-          int64_t total, int32_t top_n)
+put_table(text_state_t *st, const rperf_profile_view_t *v, rperf_writer_t *w, const char *title,
+          const int64_t *weight, int64_t total, int32_t top_n)
 {
     int rc = rperf_writer_puts(w, title);
     if (rc)
@@ -139,14 +173,24 @@ put_table(text_state_t *st, rperf_writer_t *w, const char *title, const int64_t 
         size_t ln, pn;
         const char *label = rperf__strmap_get(&st->strs, k[0], &ln);
         const char *path = rperf__strmap_get(&st->strs, k[1], &pn);
-        char ms[48], pct[32];
-        fmt_ms(ms, sizeof ms, weight[r], 1);
-        fmt_pct(pct, sizeof pct, weight[r], total);
-        if (pn)
-            rc = rperf_writer_printf(w, "  %14s ms %5s%%  %.*s (%.*s)\n", ms, pct, (int)ln, label,
-                                     (int)pn, path);
+        char val[48], pct[32];
+        const char *unit = "ms";
+        if (v->sample_type == RPERF_VALUE_TIME)
+            fmt_ms(val, sizeof val, weight[r], 1);
         else
-            rc = rperf_writer_printf(w, "  %14s ms %5s%%  %.*s\n", ms, pct, (int)ln, label);
+            fmt_alloc(val, sizeof val, &unit, v->sample_type, weight[r], 1);
+        fmt_pct(pct, sizeof pct, weight[r], total);
+        if (v->sample_type == RPERF_VALUE_TIME && pn)
+            rc = rperf_writer_printf(w, "  %14s ms %5s%%  %.*s (%.*s)\n", val, pct, (int)ln, label,
+                                     (int)pn, path);
+        else if (v->sample_type == RPERF_VALUE_TIME)
+            rc = rperf_writer_printf(w, "  %14s ms %5s%%  %.*s\n", val, pct, (int)ln, label);
+        else if (pn)
+            rc = rperf_writer_printf(w, "  %14s %-3s %5s%%  %.*s (%.*s)\n", val, unit, pct, (int)ln,
+                                     label, (int)pn, path);
+        else
+            rc = rperf_writer_printf(w, "  %14s %-3s %5s%%  %.*s\n", val, unit, pct, (int)ln,
+                                     label);
         if (rc)
             return rc;
     }
@@ -195,7 +239,24 @@ text_run(text_state_t *st, const rperf_profile_view_t *v, const rperf_export_opt
             }
         }
     }
-    if (o->header) {
+    if (o->header && v->sample_type != RPERF_VALUE_TIME) {
+        char val[48];
+        const char *unit;
+        fmt_alloc(val, sizeof val, &unit, v->sample_type, total, 0);
+        if ((rc = rperf_writer_printf(w, "Total: %s %s (%s)\n", val,
+                                      strcmp(unit, "obj") == 0 ? "objects" : unit,
+                                      rperf_value_type_name(v->sample_type))))
+            return rc;
+        if (v->flags & RPERF_VIEW_HAS_ALLOC_COUNTS)
+            rc = rperf_writer_printf(w, "Sampled: %" PRId64 " allocations, %" PRId64 " live",
+                                     v->alloc_sampled, v->alloc_live);
+        else
+            rc = rperf_writer_printf(w, "Samples: %zu", v->sample_count);
+        if (!rc && (v->flags & RPERF_VIEW_HAS_ALLOC_INTERVAL))
+            rc = rperf_writer_printf(w, ", interval %" PRId64, v->alloc_interval);
+        if (rc || (rc = rperf_writer_puts(w, "\n\n")))
+            return rc;
+    } else if (o->header) {
         char ms[48];
         fmt_ms(ms, sizeof ms, total, 0);
         int64_t nsamples = (v->flags & RPERF_VIEW_HAS_SAMPLING_COUNT) ? v->sampling_count
@@ -205,9 +266,9 @@ text_run(text_state_t *st, const rperf_profile_view_t *v, const rperf_export_opt
                                       (int)v->frequency)))
             return rc;
     }
-    if ((rc = put_table(st, w, " Flat:\n", st->flat, total, o->top_n)) ||
+    if ((rc = put_table(st, v, w, " Flat:\n", st->flat, total, o->top_n)) ||
         (rc = rperf_writer_puts(w, "\n")) ||
-        (rc = put_table(st, w, " Cumulative:\n", st->cum, total, o->top_n)))
+        (rc = put_table(st, v, w, " Cumulative:\n", st->cum, total, o->top_n)))
         return rc;
     return 0;
 }

@@ -119,6 +119,24 @@ rperf__u64_dec(char *buf, uint64_t v)
     return n;
 }
 
+const char *
+rperf__bytes_unit(uint64_t v, uint64_t *tenths)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    unsigned k = 0;
+    while (k + 1 < sizeof units / sizeof units[0] && v >> (10 * (k + 1)))
+        k++;
+    for (;;) {
+        uint64_t unit = (uint64_t)1 << (10 * k);
+        uint64_t q = v >> (10 * k), r = v & (unit - 1);
+        /* r < 2^60, so r * 10 fits; rounded half up */
+        *tenths = q * 10 + (r * 10 + unit / 2) / unit;
+        if (*tenths < 10240 || k + 1 == sizeof units / sizeof units[0])
+            return units[k];
+        k++; /* 1023.95 KiB and up round to 1024.0: show 1.0 MiB instead */
+    }
+}
+
 size_t
 rperf__fmt_thousands(char *buf, uint64_t v)
 {

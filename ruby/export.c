@@ -9,8 +9,14 @@
  *   Rperf._encode(name, data, opts)             -> String
  *   Rperf._encode_file(name, data, path, opts)  -> path (gzip per exporter; how a file
  *                                                  is written: exporters/writer.c)
- *   Rperf._c_export_engine(name, path, data)    -> path (as _encode_file, from engine data)
+ *   Rperf._c_export_engine(name, path, data, opts = nil)
+ *                                               -> path (as _encode_file, from engine data)
+ * opts: {top_n:, header:} (text), sample_type: (every exporter: :time, :cpu,
+ * :wall, :alloc_objects, :alloc_space, :inuse_objects, :inuse_space; the
+ * default is time for a cpu/wall result, inuse_space for an alloc one).
  *   Rperf._c_exporters                          -> [[name, suffix, description, gzip], …]
+ *   Rperf.sample_type(data, requested = nil)    -> :time or an allocation type (what
+ *                                                  an exporter encodes for data)
  *   Rperf.gzip(string)                          -> gzip-compressed binary String
  *   Rperf._c_output_check(path)                 -> nil or why path cannot be written
  *                                                  (and keeps a spare descriptor)
@@ -28,13 +34,20 @@
  *   (TypeError on a malformed tuple, an exception from a label's #to_s,
  *   NoMemoryError…).
  * - Phase 1 may run Ruby code (#to_s on label keys/values, Hash lookups):
- *   metadata, label sets, threads. Every string is COPIED into the arena.
+ *   metadata, the sample type (and an allocation view's statistics),
+ *   label sets, threads. Every string is COPIED into the arena.
  * - Phase 2, from a Hash, walks :aggregated_samples calling no Ruby method
  *   and allocating no Ruby object (only type checks, which raise on bad
  *   input), so no GC — hence no compaction — can run while it uses VALUE
  *   identities and RSTRING_PTRs. Frames are deduplicated by (path, label):
  *   first by the identity of the pair Array (cheap: engine results share
  *   pairs), then by content (the frame store keeps a copy of the bytes).
+ * - Phase 2 of an allocation view walks :allocations[:samples] the same
+ *   way: each entry with a value > 0 becomes an allocation entry with its
+ *   four values, and one whose chosen value is > 0 also a view sample with
+ *   that value as weight; the class becomes a label `class` added to the
+ *   entry's label set (view label sets: (result set, class) pairs, built
+ *   once each, in the arena).
  * - Phase 2, from the engine (Rperf.stop, before Rperf._c_release), is
  *   export_engine.c's: it runs BEFORE phase 1 and calls no Ruby method (see
  *   its DESIGN), and dedups frames through the same frame store
@@ -88,7 +101,8 @@ typedef struct frame_meta {
 static ID id_to_s;
 static VALUE sym_mode, sym_frequency, sym_start_time_ns, sym_duration_ns, sym_sampling_count,
     sym_aggregated_samples, sym_label_sets, sym_threads, sym_cpu, sym_wall, sym_thread_seq,
-    sym_ractor_id, sym_name, sym_native_tid, sym_top_n, sym_header, sym_backend;
+    sym_ractor_id, sym_name, sym_native_tid, sym_top_n, sym_header, sym_backend, sym_alloc,
+    sym_allocations, sym_interval, sym_sampled, sym_live, sym_samples, sym_sample_type;
 
 static void
 conv_free(conv_t *c)
@@ -110,6 +124,9 @@ conv_free(conv_t *c)
     free(c->seen);
     free(c->sets);
     free(c->threads);
+    free(c->asamples);
+    free(c->asets);
+    rperf__strmap_free(&c->aset_keys);
     memset(c, 0, sizeof *c);
 }
 
@@ -191,23 +208,33 @@ opt_int(VALUE h, VALUE key, const char *what, int *present)
 
 /* ---- phase 1 ------------------------------------------------------------------ */
 
+/* data[:mode]: :cpu (also when absent), :wall or :alloc, or their String. */
+static rperf_mode_t
+parse_mode(VALUE data)
+{
+    VALUE mode = rb_hash_lookup2(data, sym_mode, Qnil);
+    /* data loaded from JSON carries a String */
+    VALUE str = SYMBOL_P(mode) ? rb_sym2str(mode) : mode;
+    if (NIL_P(mode))
+        return RPERF_MODE_CPU;
+    if (RB_TYPE_P(str, T_STRING)) {
+        if (strcmp(StringValueCStr(str), "cpu") == 0)
+            return RPERF_MODE_CPU;
+        if (strcmp(StringValueCStr(str), "wall") == 0)
+            return RPERF_MODE_WALL;
+        if (strcmp(StringValueCStr(str), "alloc") == 0)
+            return RPERF_MODE_ALLOC;
+    }
+    rb_raise(rb_eArgError, "rperf: :mode must be :cpu, :wall or :alloc, got %" PRIsVALUE,
+             rb_inspect(mode));
+    return RPERF_MODE_CPU; /* not reached */
+}
+
 static void
 convert_meta(conv_t *c, VALUE data)
 {
     rperf_profile_view_t *v = &c->view;
-    VALUE mode = rb_hash_lookup2(data, sym_mode, Qnil);
-    if (NIL_P(mode) || mode == sym_cpu) {
-        v->mode = RPERF_MODE_CPU;
-    } else if (mode == sym_wall) {
-        v->mode = RPERF_MODE_WALL;
-    } else if (RB_TYPE_P(mode, T_STRING) && strcmp(StringValueCStr(mode), "wall") == 0) {
-        v->mode = RPERF_MODE_WALL; /* data loaded from JSON carries a String */
-    } else if (RB_TYPE_P(mode, T_STRING) && strcmp(StringValueCStr(mode), "cpu") == 0) {
-        v->mode = RPERF_MODE_CPU;
-    } else {
-        rb_raise(rb_eArgError, "rperf: :mode must be :cpu or :wall, got %" PRIsVALUE,
-                 rb_inspect(mode));
-    }
+    v->mode = parse_mode(data);
     int present;
     int64_t f = opt_int(data, sym_frequency, ":frequency", &present);
     if (f < 0 || f > INT32_MAX)
@@ -319,12 +346,131 @@ convert_threads(conv_t *c, VALUE data)
     }
 }
 
+/* ---- the sample type ---------------------------------------------------------- */
+
+/* What opts[:sample_type] asked for: a rperf_value_type_t, or one of these. */
+enum { REQ_DEFAULT = -1, REQ_CPU = 10, REQ_WALL = 11 };
+static const struct {
+    const char *name;
+    int req;
+} sample_type_names[] = {
+    {"time", RPERF_VALUE_TIME},
+    {"cpu", REQ_CPU},
+    {"wall", REQ_WALL},
+    {"alloc_objects", RPERF_VALUE_ALLOC_OBJECTS},
+    {"alloc_space", RPERF_VALUE_ALLOC_SPACE},
+    {"inuse_objects", RPERF_VALUE_INUSE_OBJECTS},
+    {"inuse_space", RPERF_VALUE_INUSE_SPACE},
+};
+#define SAMPLE_TYPES_ACCEPTED \
+    ":time, :cpu, :wall, :alloc_objects, :alloc_space, :inuse_objects or :inuse_space"
+
+static int
+parse_sample_type(VALUE v)
+{
+    if (NIL_P(v))
+        return REQ_DEFAULT;
+    VALUE str = SYMBOL_P(v) ? rb_sym2str(v) : v;
+    if (RB_TYPE_P(str, T_STRING)) {
+        for (size_t i = 0; i < sizeof sample_type_names / sizeof sample_type_names[0]; i++) {
+            size_t n = strlen(sample_type_names[i].name);
+            if ((size_t)RSTRING_LEN(str) == n &&
+                memcmp(RSTRING_PTR(str), sample_type_names[i].name, n) == 0)
+                return sample_type_names[i].req;
+        }
+    }
+    rb_raise(rb_eArgError, "sample_type: must be one of " SAMPLE_TYPES_ACCEPTED ", got %" PRIsVALUE,
+             rb_inspect(v));
+    return REQ_DEFAULT; /* not reached */
+}
+
+/* data[:allocations]: nil or a Hash. */
+static VALUE
+allocations_of(VALUE data)
+{
+    VALUE a = rb_hash_lookup2(data, sym_allocations, Qnil);
+    if (!NIL_P(a) && !RB_TYPE_P(a, T_HASH))
+        rb_raise(rb_eTypeError, "rperf: :allocations must be a Hash, got %" PRIsVALUE,
+                 rb_obj_class(a));
+    return a;
+}
+
+/* The sample type asked for (`req`) of a result of `mode`, with or without
+ * :allocations: by default time when the result has time samples (mode cpu
+ * or wall), else inuse_space (Go's heap-profile default). Raises
+ * ArgumentError naming sample_type: when the result cannot give it. */
+static rperf_value_type_t
+choose_sample_type(rperf_mode_t mode, int has_allocs, int req)
+{
+    const char *asked = NULL;
+    for (size_t i = 0; i < sizeof sample_type_names / sizeof sample_type_names[0]; i++)
+        if (sample_type_names[i].req == req)
+            asked = sample_type_names[i].name;
+    if (req == REQ_DEFAULT)
+        return mode == RPERF_MODE_ALLOC ? RPERF_VALUE_INUSE_SPACE : RPERF_VALUE_TIME;
+    if (req == RPERF_VALUE_TIME || req == REQ_CPU || req == REQ_WALL) {
+        if (mode == RPERF_MODE_ALLOC)
+            rb_raise(rb_eArgError,
+                     "sample_type: :%s: this result has no time samples (mode :alloc); "
+                     "accepted: :alloc_objects, :alloc_space, :inuse_objects or :inuse_space",
+                     asked);
+        if ((req == REQ_CPU && mode != RPERF_MODE_CPU) ||
+            (req == REQ_WALL && mode != RPERF_MODE_WALL))
+            rb_raise(rb_eArgError,
+                     "sample_type: :%s does not match this result's mode :%s (use :time or :%s)",
+                     asked, mode == RPERF_MODE_WALL ? "wall" : "cpu",
+                     mode == RPERF_MODE_WALL ? "wall" : "cpu");
+        return RPERF_VALUE_TIME;
+    }
+    if (!has_allocs)
+        rb_raise(rb_eArgError,
+                 "sample_type: :%s needs allocation samples, and this result has none "
+                 "(no :allocations: profile with mode: :alloc or allocations: true)",
+                 asked);
+    return (rperf_value_type_t)req;
+}
+
+/* The view's sample type (after convert_meta); an allocation view also
+ * takes the allocation statistics. */
 static void
+resolve_sample_type(conv_t *c, VALUE data, int req)
+{
+    rperf_profile_view_t *v = &c->view;
+    VALUE allocs = allocations_of(data);
+    v->sample_type = choose_sample_type(v->mode, !NIL_P(allocs), req);
+    if (v->sample_type == RPERF_VALUE_TIME || NIL_P(allocs))
+        return;
+    int has_interval, has_sampled, has_live;
+    v->alloc_interval = opt_int(allocs, sym_interval, ":allocations[:interval]", &has_interval);
+    v->alloc_sampled = opt_int(allocs, sym_sampled, ":allocations[:sampled]", &has_sampled);
+    v->alloc_live = opt_int(allocs, sym_live, ":allocations[:live]", &has_live);
+    if (has_interval)
+        v->flags |= RPERF_VIEW_HAS_ALLOC_INTERVAL;
+    if (has_sampled && has_live)
+        v->flags |= RPERF_VIEW_HAS_ALLOC_COUNTS;
+}
+
+/* Rperf.sample_type(data, requested = nil) -> Symbol: the sample type an
+ * exporter encodes for `data` (:time or an allocation type), or the
+ * ArgumentError it would raise. For Ruby exporters and the rperf command. */
+static VALUE
+rb_rperf_sample_type(int argc, VALUE *argv, VALUE self)
+{
+    (void)self;
+    rb_check_arity(argc, 1, 2);
+    Check_Type(argv[0], T_HASH);
+    int req = parse_sample_type(argc > 1 ? argv[1] : Qnil);
+    rperf_value_type_t t =
+        choose_sample_type(parse_mode(argv[0]), !NIL_P(allocations_of(argv[0])), req);
+    return ID2SYM(rb_intern(rperf_value_type_name(t)));
+}
+
+static int
 convert_opts(conv_t *c, VALUE opts)
 {
     rperf_export_options_init(&c->opts);
     if (NIL_P(opts))
-        return;
+        return REQ_DEFAULT;
     Check_Type(opts, T_HASH);
     VALUE top = rb_hash_lookup2(opts, sym_top_n, Qnil);
     if (!NIL_P(top)) {
@@ -336,14 +482,16 @@ convert_opts(conv_t *c, VALUE opts)
     VALUE header = rb_hash_lookup2(opts, sym_header, Qundef);
     if (header != Qundef)
         c->opts.header = RTEST(header);
+    return parse_sample_type(rb_hash_lookup2(opts, sym_sample_type, Qnil));
 }
 
 /* Everything phase 1 takes from `data` (and the constants). */
 static void
 convert_phase1(conv_t *c, VALUE data, VALUE opts)
 {
-    convert_opts(c, opts);
+    int req = convert_opts(c, opts);
     convert_meta(c, data);
+    resolve_sample_type(c, data, req);
     convert_label_sets(c, data);
     convert_threads(c, data);
     VALUE desc = rb_const_get(rb_cObject, rb_intern("RUBY_DESCRIPTION"));
@@ -523,6 +671,147 @@ convert_samples(conv_t *c, VALUE data)
     }
 }
 
+/* The view label set of an allocation entry: the result's label set `set`
+ * plus the label class=<klass> when it has a class (a user label named
+ * `class` gives way to it), one view set per distinct pair; view set 0 is
+ * the empty set. Phase 2: no Ruby calls. */
+static uint32_t
+alloc_label_set(conv_t *c, uint32_t set, VALUE klass)
+{
+    int has_class = RB_TYPE_P(klass, T_STRING) && RSTRING_LEN(klass) > 0;
+    const char *kp = has_class ? RSTRING_PTR(klass) : "";
+    size_t kl = has_class ? (size_t)RSTRING_LEN(klass) : 0;
+    unsigned char hc = (unsigned char)has_class;
+    c->key.len = 0;
+    if (rperf__buf_append(&c->key, &set, sizeof set) || rperf__buf_append(&c->key, &hc, 1) ||
+        rperf__buf_append(&c->key, kp, kl))
+        rb_memerror();
+    uint32_t id;
+    int is_new;
+    if (rperf__strmap_intern(&c->aset_keys, (const char *)c->key.data, c->key.len, &id, &is_new))
+        rb_memerror();
+    if (!is_new)
+        return id + 1;
+    if (c->nasets == c->asets_cap) {
+        size_t cap = c->asets_cap * 2;
+        rperf_view_label_set_t *n = realloc(c->asets, cap * sizeof *n);
+        if (!n)
+            rb_memerror();
+        c->asets = n;
+        c->asets_cap = cap;
+    }
+    const rperf_view_label_set_t *src = set < c->nsets ? &c->sets[set] : NULL;
+    uint32_t n = src ? src->count : 0, k = 0;
+    rperf_view_label_t *labels = arena_alloc(c, ((size_t)n + 1) * sizeof *labels);
+    for (uint32_t i = 0; i < n; i++) {
+        const rperf_view_label_t *l = &src->labels[i];
+        if (has_class && l->key.len == 5 && memcmp(l->key.ptr, "class", 5) == 0)
+            continue;
+        labels[k++] = *l;
+    }
+    if (has_class) {
+        labels[k].key = (rperf_str_t){"class", 5};
+        labels[k].value = (rperf_str_t){arena_copy(c, kp, kl), kl};
+        k++;
+    }
+    c->asets[c->nasets].labels = labels;
+    c->asets[c->nasets].count = k;
+    return (uint32_t)c->nasets++;
+}
+
+/* An allocation value: a non-negative Integer. Phase 2: NUM2LL on an
+ * Integer calls no Ruby method (it may raise RangeError). */
+static int64_t
+alloc_value(VALUE t, long i, long at, const char *what)
+{
+    VALUE v = RARRAY_AREF(t, at);
+    if (!RB_INTEGER_TYPE_P(v) || (RB_FIXNUM_P(v) ? FIX2LONG(v) < 0 : rb_big_sign(v) == 0))
+        rb_raise(rb_eTypeError, "rperf: allocation sample %ld: %s must be a non-negative Integer",
+                 i, what);
+    return (int64_t)NUM2LL(v);
+}
+
+/* Phase 2 of an allocation view: every entry of data[:allocations][:samples]
+ * ([frames, class_name, alloc_objects, alloc_bytes, inuse_objects,
+ * inuse_bytes, thread_seq, label_set_id]) with a value > 0 becomes an
+ * allocation entry; those whose chosen value is > 0 also a view sample with
+ * that value as weight. Same rules as convert_samples: no Ruby calls, no
+ * Ruby allocation. */
+static void
+convert_allocations(conv_t *c, VALUE data)
+{
+    if (rperf__strmap_init(&c->aset_keys, 64, 0))
+        rb_memerror();
+    c->asets_cap = 16;
+    c->asets = rperf_rb_export_calloc((long)c->asets_cap, sizeof *c->asets);
+    c->nasets = 1; /* set 0: no labels */
+    VALUE allocs = rb_hash_lookup2(data, sym_allocations, Qnil);
+    VALUE samples = RB_TYPE_P(allocs, T_HASH) ? rb_hash_lookup2(allocs, sym_samples, Qnil) : Qnil;
+    if (!NIL_P(samples) && !RB_TYPE_P(samples, T_ARRAY))
+        rb_raise(rb_eTypeError, "rperf: :allocations[:samples] must be an Array");
+    long n = NIL_P(samples) ? 0 : RARRAY_LEN(samples);
+    size_t total = 0;
+    for (long i = 0; i < n; i++) {
+        VALUE t = RARRAY_AREF(samples, i);
+        if (!RB_TYPE_P(t, T_ARRAY) || RARRAY_LEN(t) < 6 || !RB_TYPE_P(RARRAY_AREF(t, 0), T_ARRAY))
+            rb_raise(rb_eTypeError,
+                     "rperf: allocation sample %ld must be [frames, class_name, alloc_objects, "
+                     "alloc_bytes, inuse_objects, inuse_bytes, thread_seq, label_set_id]", i);
+        total += (size_t)RARRAY_LEN(RARRAY_AREF(t, 0));
+    }
+    c->samples = xalloc((size_t)(n > 0 ? n : 1) * sizeof *c->samples);
+    c->asamples = xalloc((size_t)(n > 0 ? n : 1) * sizeof *c->asamples);
+    c->stacks = xalloc((total ? total : 1) * sizeof *c->stacks);
+    int chosen = RPERF_VIEW_ALLOC_INDEX(c->view.sample_type);
+    static const char *const names[RPERF_VIEW_ALLOC_VALUES] = {"alloc_objects", "alloc_bytes",
+                                                               "inuse_objects", "inuse_bytes"};
+    size_t at = 0;
+    for (long i = 0; i < n; i++) {
+        VALUE t = RARRAY_AREF(samples, i);
+        VALUE frames = RARRAY_AREF(t, 0);
+        VALUE klass = RARRAY_AREF(t, 1);
+        if (!NIL_P(klass) && !RB_TYPE_P(klass, T_STRING))
+            rb_raise(rb_eTypeError, "rperf: allocation sample %ld: class_name must be a String", i);
+        int64_t values[RPERF_VIEW_ALLOC_VALUES];
+        int any = 0;
+        for (int k = 0; k < RPERF_VIEW_ALLOC_VALUES; k++) {
+            values[k] = alloc_value(t, i, 2 + k, names[k]);
+            any |= values[k] > 0;
+        }
+        uint32_t seq = tuple_u32(t, 6, i, "thread_seq");
+        uint32_t set = tuple_u32(t, 7, i, "label_set_id");
+        if (set && set >= c->nsets) {
+            if (c->nsets)
+                rb_raise(rb_eArgError, "rperf: allocation sample %ld: label_set_id %u out of range",
+                         i, set);
+            set = 0;
+        }
+        long depth = RARRAY_LEN(frames);
+        if (at + (size_t)depth > total)
+            rb_raise(rb_eRuntimeError, "rperf: samples modified during export");
+        if (!any)
+            continue;
+        uint32_t *stack = c->stacks + at;
+        for (long d = 0; d < depth; d++)
+            stack[d] = frame_index(c, RARRAY_AREF(frames, d), i, d);
+        at += (size_t)depth;
+        rperf_view_alloc_sample_t *a = &c->asamples[c->nasamples++];
+        a->frames = stack;
+        a->depth = (uint32_t)depth;
+        a->thread_seq = seq;
+        a->label_set_id = alloc_label_set(c, set, klass);
+        memcpy(a->values, values, sizeof values);
+        if (values[chosen] <= 0)
+            continue;
+        rperf_view_sample_t *s = &c->samples[c->nsamples++];
+        s->frames = stack;
+        s->depth = a->depth;
+        s->weight = values[chosen];
+        s->thread_seq = seq;
+        s->label_set_id = a->label_set_id;
+    }
+}
+
 /* After phase 2: frames point into the (now final) frame store. */
 static void
 build_frames(conv_t *c)
@@ -544,8 +833,16 @@ build_frames(conv_t *c)
     v->frame_count = nf;
     v->samples = c->samples;
     v->sample_count = c->nsamples;
-    v->label_sets = c->sets;
-    v->label_set_count = c->nsets;
+    if (v->sample_type != RPERF_VALUE_TIME) {
+        v->label_sets = c->asets;
+        v->label_set_count = c->nasets;
+        v->flags |= RPERF_VIEW_HAS_LABEL_SETS;
+        v->alloc_samples = c->asamples;
+        v->alloc_sample_count = c->nasamples;
+    } else {
+        v->label_sets = c->sets;
+        v->label_set_count = c->nsets;
+    }
     v->threads = c->threads;
     v->thread_count = c->nthreads;
 }
@@ -697,10 +994,20 @@ export_prepare(call_t *a)
         c->gzip = 0;
     }
     convert_phase1(c, a->data, a->opts);
-    if (a->from_engine)
+    if (c->view.sample_type != RPERF_VALUE_TIME) {
+        /* The engine path is not taken for a result with :allocations; a
+         * mode-alloc result without them has no time samples to drop. */
+        free(c->samples);
+        free(c->stacks);
+        c->samples = NULL;
+        c->stacks = NULL;
+        c->nsamples = 0;
+        convert_allocations(c, a->data);
+    } else if (a->from_engine) {
         rperf_rb_export_engine_check_label_sets(c);
-    else
+    } else {
         convert_samples(c, a->data);
+    }
     build_frames(c);
 }
 
@@ -808,15 +1115,16 @@ rb_rperf_encode_file(int argc, VALUE *argv, VALUE self)
     return run_export(argv[0], argv[1], argv[2], argc > 3 ? argv[3] : Qnil, 0);
 }
 
-/* Rperf._c_export_engine(name, path, data) -> path. Rperf.stop's output:
- * like _encode_file, but the view is built from the engine's results when
- * they are still held and are `data`'s (aggregated mode); otherwise from
- * `data`. */
+/* Rperf._c_export_engine(name, path, data, opts = nil) -> path. Rperf.stop's
+ * output: like _encode_file, but the view is built from the engine's
+ * results when they are still held and are `data`'s (aggregated mode, no
+ * :allocations); otherwise from `data`. */
 static VALUE
-rb_rperf_c_export_engine(VALUE self, VALUE name, VALUE path, VALUE data)
+rb_rperf_c_export_engine(int argc, VALUE *argv, VALUE self)
 {
     (void)self;
-    return run_export(name, data, path, Qnil, 1);
+    rb_check_arity(argc, 3, 4);
+    return run_export(argv[0], argv[2], argv[1], argc > 3 ? argv[3] : Qnil, 1);
 }
 
 /* The output of a run stopped at exit or exec (ruby/api.c): as
@@ -1018,11 +1326,19 @@ rperf_rb_exporters_init(VALUE mRperf)
     SYM(sym_native_tid, "native_tid");
     SYM(sym_top_n, "top_n");
     SYM(sym_header, "header");
+    SYM(sym_alloc, "alloc");
+    SYM(sym_allocations, "allocations");
+    SYM(sym_interval, "interval");
+    SYM(sym_sampled, "sampled");
+    SYM(sym_live, "live");
+    SYM(sym_samples, "samples");
+    SYM(sym_sample_type, "sample_type");
 #undef SYM
     rb_define_module_function(mRperf, "_encode", rb_rperf_encode, -1);
     rb_define_module_function(mRperf, "_encode_file", rb_rperf_encode_file, -1);
-    rb_define_module_function(mRperf, "_c_export_engine", rb_rperf_c_export_engine, 3);
+    rb_define_module_function(mRperf, "_c_export_engine", rb_rperf_c_export_engine, -1);
     rb_define_module_function(mRperf, "_c_exporters", rb_rperf_c_exporters, 0);
+    rb_define_module_function(mRperf, "sample_type", rb_rperf_sample_type, -1);
     rb_define_module_function(mRperf, "gzip", rb_rperf_gzip, 1);
     rb_define_module_function(mRperf, "_c_output_check", rb_rperf_c_output_check, 1);
     rb_define_module_function(mRperf, "_c_output_release", rb_rperf_c_output_release, 0);

@@ -22,6 +22,9 @@
  *   the Hash (rperf_synthetic_frame() for synthetic ids).
  * - Label set ids are checked after phase 1, which knows how many sets the
  *   result has.
+ * - A result that has :allocations is not built from here: its view (time
+ *   or allocation) comes from the Hash (rperf_rb_export_engine_matches() is
+ *   false for it), so its frames carry no first line numbers.
  * See also docs/exporters.md §1.
  */
 #include <stddef.h>
@@ -38,6 +41,10 @@ rperf_rb_export_engine_matches(VALUE data)
 {
     if (!rperf_engine_has_results() || rperf_engine_running() ||
         !rperf_engine_config()->aggregate)
+        return 0;
+    /* A result with allocation samples is converted from the Hash (export.c),
+     * whatever sample type is chosen: one path for every allocation view. */
+    if (!NIL_P(rb_hash_lookup2(data, ID2SYM(rb_intern("allocations")), Qnil)))
         return 0;
     rperf_stats_t st;
     rperf_engine_stats(&st);

@@ -39,6 +39,14 @@ typedef struct conv {
     /* export_engine.c: engine frame id -> first-seen order + 1, and back */
     uint32_t *remap, *seen;
     size_t nids, nseen, samples_cap, stacks_cap, at;
+    /* allocation views (export.c): every entry with its four values, and the
+     * label sets they use: (result label set, class) pairs, deduplicated
+     * through `aset_keys` ([u32 set][u8 has class][class bytes] -> id - 1) */
+    rperf_view_alloc_sample_t *asamples;
+    size_t nasamples;
+    rperf_view_label_set_t *asets;
+    size_t nasets, asets_cap;
+    rperf__strmap_t aset_keys;
     /* labels, threads */
     rperf_view_label_set_t *sets;
     size_t nsets;
@@ -86,7 +94,8 @@ uint32_t rperf_rb_export_frame(conv_t *c, const char *path, size_t plen, const c
 /* ---- export_engine.c ------------------------------------------------------------ */
 
 /* True when `data` is the result of the stopped run whose data the engine
- * still holds (aggregated mode): then the view may be built from it. */
+ * still holds (aggregated mode) and has no :allocations (allocation views
+ * are built from the Hash): then the view may be built from it. */
 int rperf_rb_export_engine_matches(VALUE data);
 
 /* Phase 2 from the engine: c->samples, c->stacks and the frames. Runs before

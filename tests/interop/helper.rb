@@ -97,6 +97,43 @@ module InteropHelper
     }
   end
 
+  # A result with allocation samples (the :allocations contract of
+  # docs/exporters.md): mode :alloc (no time samples), or :cpu / :wall with
+  # rich_profile's time samples beside. Two threads, a label set, frames
+  # shared with the time samples, a class with odd characters, an entry
+  # freed since (inuse 0), one allocated before the window (alloc 0), one
+  # without a class, and an all-zero entry (left out everywhere).
+  ALLOC_TYPES = %i[alloc_objects alloc_space inuse_objects inuse_space].freeze
+
+  def alloc_profile(mode = :alloc)
+    base = mode == :alloc ? { mode: :alloc, frequency: 0, aggregated_samples: [] } : rich_profile(mode)
+    base.merge(
+      label_sets: [{}, { endpoint: "GET /users" }, { job: "Mailer", bad: "v\xC3".b }],
+      threads: [
+        { thread_seq: 1, ractor_id: 1, name: "main", native_tid: 100 },
+        { thread_seq: 2, ractor_id: 2, name: "wor\tker\xFF".b, native_tid: 101 },
+      ],
+      start_time_ns: 1_700_000_000_000_000_000, duration_ns: 100_000_000,
+      allocations: {
+        interval: 1024, sampled: 9, live: 4,
+        samples: [
+          [[FOO, MAIN], "String", 3072, 122_880, 1024, 40_960, 1, 0],
+          [[TIMES, FOO, MAIN], "Array", 2048, 163_840, 0, 0, 1, 1],
+          [[BLOCK, MAIN], "MyApp::User", 1024, 81_920, 1024, 81_920, 2, 2],
+          [[MAIN], "<T_IMEMO>", 0, 0, 2048, 2_000_000, 1, 0],
+          [[CMETH, BLOCK, MAIN], "", 1024, 40_960, 1024, 40_960, 2, 0],
+          [[["x.rb", "bad\xFF;na me\nx".b], MAIN], "We;ird\nKlass\xFF".b, 1024, 1_024, 1024, 1_024, 2, 2],
+          [[FOO, MAIN], "String", 0, 0, 0, 0, 2, 0],
+        ],
+      },
+    )
+  end
+
+  # {type => total} of alloc_profile's allocations.
+  def alloc_totals(data)
+    ALLOC_TYPES.each_with_index.to_h { |t, i| [t, data[:allocations][:samples].sum { |e| e[2 + i] }] }
+  end
+
   def empty_profile(mode = :wall)
     { mode: mode, frequency: 100, aggregated_samples: [] }
   end

@@ -11,6 +11,7 @@
 # under a Ruby the build is not for.
 
 require_relative "helper"
+require_relative "../interop/helper"
 require "zlib"
 
 class TestCLI < Test::Unit::TestCase
@@ -97,8 +98,85 @@ class TestCLI < Test::Unit::TestCase
   end
 
   def test_bad_mode
-    assert_usage_error(%w[record -m gpu], /\Arperf: mode must be cpu or wall, got "gpu"$/)
+    assert_usage_error(%w[record -m gpu], /\Arperf: mode must be cpu, wall or alloc, got "gpu"$/)
     assert_usage_error(%w[stat --mode CPU], /mode must be cpu or wall, got "CPU"/)
+  end
+
+  # ---- allocation profiles ----------------------------------------------------
+
+  def test_record_mode_alloc_settings_reach_the_command
+    show = ["/bin/sh", "-c", 'echo "$RPERF_MODE ${RPERF_ALLOC_INTERVAL-unset}"']
+    out, err, st = rperf("record", "-m", "alloc", "--alloc-interval", "512", *show)
+    assert_equal(0, st.exitstatus, err)
+    assert_equal("alloc 512\n", out)
+    # without --alloc-interval the library's default; a caller's value does not leak in
+    out, err, st = rperf("record", "-m", "alloc", "-o", "h.pb.gz", *show, env: { "RPERF_ALLOC_INTERVAL" => "9" })
+    assert_equal([0, "alloc unset\n"], [st.exitstatus, out], err)
+    out, = rperf("record", "--alloc-interval=1073741824", "--mode=alloc", *show)
+    assert_equal("alloc 1073741824\n", out)
+  end
+
+  def test_alloc_usage_errors
+    range = "1\\.\\.1073741824"
+    assert_usage_error(%w[record -m alloc --alloc-interval 0], /\Arperf: --alloc-interval must be an integer #{range}, got "0"$/)
+    assert_usage_error(%w[record -m alloc --alloc-interval x], /--alloc-interval must be an integer #{range}, got "x"$/)
+    assert_usage_error(%w[record -m alloc --alloc-interval 1073741825], /--alloc-interval must be an integer #{range}, got "1073741825"$/)
+    assert_usage_error(%w[record --alloc-interval 64], /\Arperf: --alloc-interval needs -m alloc$/)
+    assert_usage_error(%w[record -m wall --alloc-interval 64], /\Arperf: --alloc-interval needs -m alloc$/)
+    %w[stat exec].each do |sub|
+      assert_usage_error([sub, "-m", "alloc"], /\Arperf: mode must be cpu or wall, got "alloc" \(alloc: record only\)$/)
+      assert_usage_error([sub, "--alloc-interval", "5"], /\Arperf: invalid option: --alloc-interval$/)
+      assert_usage_error([sub, "--sample-index", "time"], /\Arperf: invalid option: --sample-index$/)
+    end
+    assert_usage_error(%w[record -m alloc --sample-index time],
+                       /\Arperf: --sample-index must be alloc_objects, alloc_space, inuse_objects or inuse_space with -m alloc, got "time"$/)
+    assert_usage_error(%w[record --sample-index inuse_space], /\Arperf: --sample-index must be time with -m cpu, got "inuse_space"$/)
+    assert_usage_error(%w[record -m alloc --sample-index heap], /--sample-index must be .* with -m alloc, got "heap"$/)
+  end
+
+  def test_record_sample_index_time
+    out, err, st = rperf("record", "-p", "--sample-index", "time", *WORK)
+    assert_equal(0, st.exitstatus, err)
+    assert_match(/\ATotal: [\d.]+ms \(cpu\)\n/, out)
+  end
+
+  def test_report_heap_profiles
+    data = InteropHelper.alloc_profile
+    Rperf.save(File.join(@dir, "heap.pb.gz"), data)
+    out, err, st = rperf("report", "heap.pb.gz")
+    assert_equal(0, st.exitstatus, err)
+    assert_match(/^Type: inuse_space \(bytes\)$/, out, "the file's default type")
+    { alloc_objects: "8192", alloc_space: "401kB", inuse_objects: "6144", inuse_space: "2.06MB" }.each do |t, total|
+      out, err, st = rperf("report", "--sample-index", t.to_s, "heap.pb.gz")
+      assert_equal(0, st.exitstatus, err)
+      assert_match(/^Type: #{t} \((bytes|count)\)$/, out)
+      assert_match(/ of #{Regexp.escape(total)} total\)$/, out, t)
+    end
+    out, _, st = rperf("report", "--text", "--sample-index", "alloc_space", "heap.pb.gz")
+    assert_equal(0, st.exitstatus)
+    assert_match(/\ATotal: 401\.0 KiB \(alloc_space\)\nSamples: \d+, interval 1024\n\n Flat:\n/, out)
+    out, _, st = rperf("report", "--sample-index", "alloc_objects", "--label", "class=MyApp::User", "heap.pb.gz")
+    assert_equal(0, st.exitstatus)
+    assert_match(/^Filters: --label class=MyApp::User$/, out)
+    assert_match(/^\s+1024\s+100\.00%\s+100\.00%\s+1024\s+100\.00%\s+block \(2 levels\) in <main> \(app\.rb\)$/, out)
+    out, _, st = rperf("report", "--html", "--sample-index", "alloc_objects", "heap.pb.gz")
+    assert_equal(0, st.exitstatus)
+    assert_include(out, '"sample_type":"alloc_objects","unit":"objects"')
+    out, err, st = rperf("diff", "--sample-index", "inuse_objects", "heap.pb.gz", "heap.pb.gz")
+    assert_equal(0, st.exitstatus, err)
+    assert_match(/^Base:   heap\.pb\.gz \(inuse_objects, 6144 total\)$/, out)
+    # errors: a type the file lacks is one line; a bad value a usage error
+    assert_report_error(%w[report --sample-index time heap.pb.gz],
+                        /\Arperf: heap\.pb\.gz: no time sample type in this profile \(its types: alloc_objects\/count, /)
+    write_profile("p.pb.gz")
+    assert_report_error(%w[report --sample-index alloc_space p.pb.gz],
+                        /\Arperf: p\.pb\.gz: no alloc_space sample type in this profile \(its types: cpu\/nanoseconds\)$/)
+    out, _, st = rperf("report", "--sample-index", "time", "p.pb.gz")
+    assert_equal([0, true], [st.exitstatus, out.include?("Type: cpu (nanoseconds)")])
+    %w[report diff].each do |sub|
+      assert_report_usage_error([sub, "--sample-index", "bogus", "heap.pb.gz", "heap.pb.gz"],
+                                /\Arperf: --sample-index must be time, alloc_objects, alloc_space, inuse_objects or inuse_space, got "bogus"$/)
+    end
   end
 
   def test_uncatchable_or_bad_signal
@@ -155,6 +233,9 @@ class TestCLI < Test::Unit::TestCase
         assert_match(/#{opt}\b/, out, "#{sub} -h lists #{opt}")
       end
       assert_equal(sub == "record", out.include?("--print"), sub)
+      assert_equal(sub == "record", out.include?("--alloc-interval"), sub)
+      assert_equal(sub == "record", out.include?("--sample-index"), sub)
+      assert_match(/^\s+-m, --mode MODE\s+#{sub == 'record' ? 'cpu, wall or alloc' : 'cpu or wall'}/, out, sub)
       assert_equal(sub == "stat", out.include?("--report"), sub)
       assert_equal(out, rperf("help", sub)[0], "rperf help #{sub} = rperf #{sub} -h")
     end
@@ -446,7 +527,7 @@ class TestCLI < Test::Unit::TestCase
         out, err, st = rperf(*args)
         assert_equal(0, st.exitstatus, err)
         assert_match(/\AUsage: rperf #{sub} \[options\]/, out)
-        %w[--top --focus --ignore --thread --label].each { |o| assert_match(/#{o}\b/, out, "#{args.inspect}: #{o}") }
+        %w[--top --focus --ignore --thread --label --sample-index].each { |o| assert_match(/#{o}\b/, out, "#{args.inspect}: #{o}") }
       end
     end
     out, = rperf("-h")

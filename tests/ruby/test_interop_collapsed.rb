@@ -4,7 +4,8 @@
 # strict folded-stack grammar of the validators reference §2.1, checked with
 # grep -E (both the basic and the stricter variant), on hostile frame names
 # (';', newlines, edge spaces, empty labels, invalid UTF-8), GVL/GC frames,
-# empty and deep profiles, and real profiles when the engine is available.
+# empty and deep profiles, allocation profiles of each sample type, and
+# real profiles when the engine is available.
 # speedscope's importer reads the same files in test_interop_speedscope.rb.
 # Label: interop.
 
@@ -71,6 +72,20 @@ class TestInteropCollapsed < Test::Unit::TestCase
     path = save("deep.collapsed", H.deep_profile(1500))
     assert_grammar(path)
     assert_equal([1500, 800], File.readlines(path).map { |l| l.split(" ").first.count(";") + 1 }.sort.reverse)
+  end
+
+  def test_allocation_profiles
+    data = H.alloc_profile
+    H::ALLOC_TYPES.each do |t|
+      path = File.join(@dir, "alloc-#{t}.collapsed")
+      Rperf.save(path, data, sample_type: t)
+      assert_grammar(path)
+      lines = File.readlines(path, chomp: true)
+      assert_equal(H.alloc_totals(data)[t], lines.sum { |l| l.rpartition(" ").last.to_i }, t)
+    end
+    path = File.join(@dir, "alloc-cpu.collapsed")
+    Rperf.save(path, H.alloc_profile(:cpu), sample_type: :alloc_space)
+    assert_grammar(path)
   end
 
   def test_real_profiles

@@ -10,7 +10,10 @@
 # neither break the page nor run code, and the page makes no request at
 # all. The embedded JSON is also parsed here and its call tree checked
 # against the samples. Writes a screenshot to <build>/Testing/ and the load
-# time at 100k unique stacks to the test log (not asserted). Label: interop.
+# time at 100k unique stacks to the test log (not asserted). Allocation
+# profiles render too: the sample type in the title and header, values in
+# bytes (KiB, MiB) or objects, and the class as a label filter. Label:
+# interop.
 
 require "test/unit"
 require "tmpdir"
@@ -231,6 +234,36 @@ class TestInteropHTML < Test::Unit::TestCase
     names = r["steps"]["sorted"]["table"].map { |row| row[4] }
     assert_equal(names.sort, names, "sorted by function name")
     assert(File.size?(shot), "screenshot written")
+  end
+
+  def test_allocation_profiles
+    data = H.alloc_profile
+    space = File.join(@dir, "alloc-space.html")
+    Rperf.save(space, data, sample_type: :inuse_space)
+    objects = File.join(@dir, "alloc-objects.html")
+    Rperf.save(objects, data, sample_type: :alloc_objects)
+    r, o = check([{ file: space, zoom: "Object#main", search: "Foo", label: "class=MyApp::User" },
+                  { file: objects, label: "class=String" }])
+    assert_equal("rperf inuse_space profile", r["title"])
+    %w[Modealloc Sample\ typeinuse_space Allocation\ interval1024 Sampled9\ allocations,\ 4\ live
+       Total2.1\ MiB].each do |h|
+      assert_include(r["header"], h, r["header"].inspect)
+    end
+    refute(r["header"].any? { |h| h.start_with?("Frequency") }, "an alloc run has no frequency")
+    totals = H.alloc_totals(data)
+    assert_equal(totals[:inuse_space], r["steps"]["initial"]["total"])
+    assert_equal(81_920, r["steps"]["label"]["total"], "the class filter")
+    assert_include(r["labels"].map(&:last), "class=<T_IMEMO>")
+    assert_match(/\Amatched \d+\.\d\d% \(40\.0 KiB\)\z/, r["steps"]["search"]["matchedText"])
+    top = r["steps"]["initial"]["table"].first # by flat, largest first
+    assert_equal(["1.9 MiB", "92.38%", "2.1 MiB", "Object#main"], top.values_at(0, 1, 2, 4))
+    assert(r["steps"]["initial"]["table"].flatten.none? { |c| c.end_with?(" ms") }, "no times")
+
+    assert_equal("rperf alloc_objects profile", o["title"])
+    assert_include(o["header"], "Total8,192 obj")
+    assert_equal(totals[:alloc_objects], o["steps"]["initial"]["total"])
+    assert_equal(3072, o["steps"]["label"]["total"])
+    assert_include(o["steps"]["initial"]["table"].map { |row| row[0] }, "3,072 obj")
   end
 
   def test_every_node_is_a_rectangle_and_regex_search

@@ -4,9 +4,11 @@
 # readers (validators reference §1): pprof-strict (Debian's Go `profile`
 # package: parse + CheckValid) and `go tool pprof -raw`, on cpu and wall
 # profiles with threads, Ractors, labels, GVL/GC frames, invalid UTF-8, an
-# empty profile, a 1,500-frame stack, and — when the engine is available —
-# real profiles. A cross-check compares pprof's view of the stacks with our
-# collapsed output. Label: interop.
+# empty profile, a 1,500-frame stack, heap profiles (each of the four
+# allocation sample types as the default; go tool pprof -top
+# -sample_index=<type> gives our totals per function for each), and — when
+# the engine is available — real profiles. A cross-check compares pprof's
+# view of the stacks with our collapsed output. Label: interop.
 
 require "test/unit"
 require "tmpdir"
@@ -123,6 +125,61 @@ class TestInteropPprof < Test::Unit::TestCase
     end
     ours = Rperf::Collapsed.encode(data).lines.to_h { |l| s, w = l.chomp.rpartition(" ").values_at(0, 2); [s, w.to_i] }
     assert_equal(ours, folded)
+  end
+
+  # go tool pprof -top -sample_index=<type>, exact: {name => [flat, cum]}.
+  def go_top(path, index)
+    out, err, st = H.run_cmd(H.go, "tool", "pprof", "-symbolize=none", "-top", "-sample_index=#{index}", "-unit=B",
+                             "-nodefraction=0", "-nodecount=100000", path)
+    assert(st.success?, "go tool pprof -top -sample_index=#{index}: #{err}")
+    out.each_line.filter_map do |l|
+      next unless l =~ /\A\s*(\d+)B?\s+[\d.]+%\s+[\d.]+%\s+(\d+)B?\s+[\d.]+%\s+(.*)$/
+
+      [Regexp.last_match(3), [Regexp.last_match(1).to_i, Regexp.last_match(2).to_i]]
+    end.to_h
+  end
+
+  # {name => [flat, cum]} of one allocation type, from the Hash (names
+  # without a newline: pprof prints those over two lines).
+  def alloc_functions(data, type)
+    col = 2 + H::ALLOC_TYPES.index(type)
+    rows = Hash.new { |h, k| h[k] = [0, 0] }
+    data[:allocations][:samples].each do |frames, *vals|
+      w = vals[col - 1]
+      next unless w.positive?
+
+      names = frames.map { |_, l| l.dup.force_encoding(Encoding::UTF_8).scrub("\uFFFD") }
+      rows[names[0]][0] += w
+      names.uniq.each { |n| rows[n][1] += w }
+    end
+    rows.reject { |n, _| n.include?("\n") }
+  end
+
+  def test_heap_profiles_every_type
+    [H.alloc_profile, H.alloc_profile(:cpu)].each do |data|
+      H::ALLOC_TYPES.each do |t|
+        path = File.join(@dir, "heap-#{data[:mode]}-#{t}.pb.gz")
+        Rperf.save(path, data, exporter: :pprof, sample_type: t)
+        out, raw = strict_read(path)
+        types = Regexp.escape("alloc_objects/count alloc_space/bytes inuse_objects/count inuse_space/bytes")
+        # period: the mean bytes between two sampled allocations, 1024 x 410,624 / 8,192
+        assert_match(/OK types=\[#{types}\] samples=6 locations=6 functions=6 mappings=0 period=51328$/, out)
+        assert_match(/^PeriodType: space bytes$/, raw)
+        header = H::ALLOC_TYPES.map { |x| "#{x}/#{x.to_s.end_with?('_space') ? 'bytes' : 'count'}#{'[dflt]' if x == t}" }
+        assert_match(/^#{Regexp.escape(header.join(' '))}$/, raw, "#{t} is the default type")
+        assert_match(/^Comment: mode: #{data[:mode]}$/, raw)
+        assert_match(/^Comment: allocation interval: 1024$/, raw)
+        assert_match(/class:\[MyApp::User\] job:\[Mailer\]|job:\[Mailer\].*class:\[MyApp::User\]/, raw)
+        assert_match(/^ +ractor:\[2\] thread_seq:\[2\]$/, raw)
+        H::ALLOC_TYPES.each do |index|
+          assert_equal(alloc_functions(data, index), go_top(path, index).reject { |n, _| n.start_with?("bad") },
+                       "#{data[:mode]}: default #{t}, -sample_index=#{index}")
+        end
+      end
+    end
+    # a cpu run with allocations still writes its time profile by default
+    out, = strict_read(save("cpu-and-allocs.pb.gz", H.alloc_profile(:cpu)))
+    assert_match(%r{OK types=\[cpu/nanoseconds\] samples=7 }, out)
   end
 
   def test_real_profiles

@@ -6,7 +6,10 @@
 # ids, packed fields, mappings), and the per-function flat and cum we
 # compute equal `go tool pprof -top -unit=ns` on the same file, for the
 # fixtures with threads, Ractors, labels, GVL/GC frames and invalid UTF-8
-# and, when the engine is available, real profiles. Label: interop.
+# and, when the engine is available, real profiles; heap profiles, ours
+# re-encoded by Go and one written by Go's runtime (runtime/pprof), read
+# per sample type (`--sample-index`) with the totals and per-function
+# values of `go tool pprof -top -sample_index=<type>`. Label: interop.
 
 require "test/unit"
 require "tmpdir"
@@ -91,6 +94,112 @@ class TestInteropReport < Test::Unit::TestCase
     %i[cpu wall].each { |mode| check("rich-#{mode}", H.rich_profile(mode)) }
     check("many", H.many_profile)
     check("deep", H.deep_profile)
+  end
+
+  # go tool pprof -top -sample_index=<type>: {name => [flat, cum]}.
+  def go_top_index(path, index)
+    out, err, st = H.run_cmd(H.go, "tool", "pprof", "-symbolize=none", "-top", "-sample_index=#{index}", "-unit=B",
+                             "-nodefraction=0", "-nodecount=100000", path)
+    assert(st.success?, "go tool pprof -top: #{err}")
+    out.each_line.filter_map do |l|
+      next unless l =~ /\A\s*(\d+)B?\s+[\d.]+%\s+[\d.]+%\s+(\d+)B?\s+[\d.]+%\s+(.*)$/
+
+      [Regexp.last_match(3), [Regexp.last_match(1).to_i, Regexp.last_match(2).to_i]]
+    end.to_h
+  end
+
+  def heap_checks(path, name)
+    H::ALLOC_TYPES.each do |t|
+      prof = R.load(path, sample_index: t.to_s)
+      assert_equal([t.to_s, true], [prof.type, prof.alloc?], name)
+      mine = our_top(prof).transform_keys { |label| label == "(unknown)" ? "<unknown>" : label }
+                          .reject { |label, _| label.include?("\n") }
+      go = go_top_index(path, t).reject { |label, _| mine.none? { |m, _| m == label } && label.start_with?("bad") }
+      assert_equal(go, mine, "#{name}: #{t} as go tool pprof -top -sample_index=#{t}")
+      out, err, st = H.run_cmd(RbConfig.ruby, File.expand_path("../../exe/rperf", __dir__), "report",
+                               "--sample-index", t.to_s, path)
+      assert(st.success?, err)
+      assert_match(/^Type: #{t} \((bytes|count)\)$/, out)
+    end
+  end
+
+  def test_heap_fixture_reencoded_by_go
+    data = H.alloc_profile
+    ours, gos = ours_and_gos("heap", data)
+    H::ALLOC_TYPES.each do |t|
+      a = R.load(ours, sample_index: t.to_s)
+      b = R.load(gos, sample_index: t.to_s)
+      assert_equal(R.functions(a), R.functions(b), "#{t}: Go's re-encoding reads back the same")
+      assert_equal(a.data[:allocations][:samples].map { |e| e[1..5] }.sort_by(&:to_s),
+                   b.data[:allocations][:samples].map { |e| e[1..5] }.sort_by(&:to_s), t)
+    end
+    heap_checks(ours, "ours")
+    heap_checks(gos, "Go's re-encoding")
+  end
+
+  GO_HEAP = <<~GO
+    package main
+
+    import (
+    	"os"
+    	"runtime"
+    	"runtime/pprof"
+    )
+
+    var keep [][]byte
+    var sink []byte
+
+    //go:noinline
+    func allocKept() {
+    	for i := 0; i < 1000; i++ {
+    		keep = append(keep, make([]byte, 4096))
+    	}
+    }
+
+    //go:noinline
+    func allocFreed() {
+    	for i := 0; i < 500; i++ {
+    		sink = make([]byte, 8192)
+    	}
+    	sink = nil
+    }
+
+    func main() {
+    	runtime.MemProfileRate = 1
+    	allocKept()
+    	allocFreed()
+    	runtime.GC()
+    	f, err := os.Create(os.Args[1])
+    	if err != nil {
+    		panic(err)
+    	}
+    	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+    		panic(err)
+    	}
+    	f.Close()
+    }
+  GO
+
+  # A heap profile from Go's runtime (no default_sample_type: the last,
+  # inuse_space, is shown by default, as pprof does).
+  def test_go_runtime_heap_profile
+    src = File.join(@dir, "main.go")
+    File.write(src, GO_HEAP)
+    path = File.join(@dir, "go-heap.pb.gz")
+    env = { "GO111MODULE" => "off", "GOPATH" => File.join(@dir, "gopath"), "GOFLAGS" => "" }
+    _, err, st = H.run_cmd(H.go, "run", src, path, env: env)
+    assert(st.success?, "go run: #{err}")
+    assert_equal("inuse_space", R.load(path).type)
+    heap_checks(path, "Go's runtime")
+    kept = R.load(path, sample_index: "inuse_space")
+    assert_operator(our_top(kept)["main.allocKept"][0], :>=, 1000 * 4096)
+    freed = R.load(path, sample_index: "alloc_space")
+    assert_operator(our_top(freed)["main.allocFreed"][0], :>=, 500 * 8192)
+    assert_operator(our_top(kept).fetch("main.allocFreed", [0])[0], :<, 8192, "freed: not one buffer in use")
+    # and any exporter writes it again: pprof keeps every value
+    raw = Rperf._decode_pprof(R.export(freed, :pprof), "again")
+    assert_equal(["alloc_space", 4], [raw[:default_sample_type], raw[:sample_types].size])
+    assert_match(/\ATotal: [\d.]+ MiB \(alloc_space\)\n/, R.export(freed, :text))
   end
 
   def test_real_profiles_reencoded_by_go

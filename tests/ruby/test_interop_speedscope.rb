@@ -4,8 +4,9 @@
 # the schema shipped in npm's speedscope package (ajv, and Debian's
 # python3-jsonschema when present), then pprof, collapsed and JSON files
 # imported by speedscope's own importer in headless Chromium driven by
-# puppeteer-core (validators reference §3–§4). The schema alone misses index
-# and length errors; the importer catches them. Label: interop.
+# puppeteer-core (validators reference §3–§4), allocation profiles of each
+# sample type among them (unit "bytes" or "none"). The schema alone misses
+# index and length errors; the importer catches them. Label: interop.
 
 require "test/unit"
 require "tmpdir"
@@ -42,14 +43,25 @@ class TestInteropSpeedscope < Test::Unit::TestCase
     list
   end
 
+  # Allocation profiles: name => [data, sample_type] (`types`: which).
+  def alloc_profiles(types = H::ALLOC_TYPES)
+    types.to_h { |t| ["alloc-#{t}", [H.alloc_profile, t]] }
+      .merge("alloc-empty" => [{ mode: :alloc, aggregated_samples: [] }, nil]) # default: inuse_space
+  end
+
   # Every fixture saved from its Hash, plus real profiles written at stop
-  # (encoded from the engine's data).
-  def write_all(suffix, exporter)
+  # (encoded from the engine's data), plus allocation profiles.
+  def write_all(suffix, exporter, alloc_types: H::ALLOC_TYPES)
     profiles.map do |name, data|
       path = File.join(@dir, "#{name}#{suffix}")
       Rperf.save(path, data, exporter: exporter)
       path
-    end + (H.real_outputs(@dir, suffix, exporter) || [])
+    end + (H.real_outputs(@dir, suffix, exporter) || []) +
+      alloc_profiles(alloc_types).map do |name, (data, type)|
+        path = File.join(@dir, "#{name}#{suffix}")
+        Rperf.save(path, data, exporter: exporter, sample_type: type)
+        path
+      end
   end
 
   def test_schema_ajv
@@ -74,6 +86,12 @@ class TestInteropSpeedscope < Test::Unit::TestCase
   def test_json_semantics
     write_all(".speedscope.json", :json).each do |f|
       doc = ::JSON.parse(File.read(f, encoding: "UTF-8"))
+      if (type = f[/alloc-(\w+?)\.speedscope/, 1])
+        type = "inuse_space" if type == "empty"
+        unit = type.end_with?("_space") ? "bytes" : "none"
+        assert_equal([unit], doc["profiles"].map { |pr| pr["unit"] }.uniq, f)
+        assert_equal("rperf #{type} profile", doc["name"], f)
+      end
       n = doc["shared"]["frames"].size
       doc["profiles"].each do |pr|
         assert_equal(pr["samples"].size, pr["weights"].size, f)
@@ -83,8 +101,10 @@ class TestInteropSpeedscope < Test::Unit::TestCase
   end
 
   def test_importer
-    files = write_all(".speedscope.json", :json) + write_all(".pb.gz", :pprof) +
-            write_all(".collapsed", :collapsed).reject { |f| File.zero?(f) } # empty folded = nothing to import
+    # two allocation types (a count and bytes) through each importer
+    some = %i[alloc_objects inuse_space]
+    files = write_all(".speedscope.json", :json, alloc_types: some) + write_all(".pb.gz", :pprof, alloc_types: some) +
+            write_all(".collapsed", :collapsed, alloc_types: some).reject { |f| File.zero?(f) } # empty folded = nothing to import
     check = H::SPEEDSCOPE_CHECK
     out, err, st = H.run_cmd("node", check, *files, env: NODE_ENV)
     results = out.lines.map { |l| ::JSON.parse(l) }

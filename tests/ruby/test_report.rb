@@ -207,10 +207,119 @@ class TestReport < Test::Unit::TestCase
     prof = R::Profile.new(file: "x.pb.gz", type: "alloc", unit: "count",
                           data: { mode: :cpu, aggregated_samples: [[[["a.rb", "a"]], 3, 0, 0]] })
     e = assert_raise(R::Error) { R.export(prof, :text) }
-    assert_match(/x\.pb\.gz: --text needs a time profile; this one counts count \(alloc\): use --top/, e.message)
+    assert_match(/x\.pb\.gz: --text needs a time or heap profile; this one counts count \(alloc\): use --top/, e.message)
     assert_match(/^\s+3\s+100\.00%\s+100\.00%\s+3\s+100\.00%\s+a \(a\.rb\)$/, R.top(prof))
     other = R::Profile.new(**prof.to_h, unit: "nanoseconds", file: "y.pb.gz")
     e = assert_raise(R::Error) { R.diff(prof, other) }
     assert_match(/cannot compare x\.pb\.gz \(alloc, count\) with y\.pb\.gz/, e.message)
+  end
+
+  # ---- heap profiles ----------------------------------------------------------
+
+  ALLOC_TYPES = H::ALLOC_TYPES
+
+  # {"label (path)" => [flat, cum]} of one allocation type, from the Hash.
+  def expected_alloc_functions(data, type)
+    col = 2 + ALLOC_TYPES.index(type)
+    samples = data[:allocations][:samples].filter_map { |e| [e[0], e[col]] if e[col].positive? }
+    expected_functions(sanitized({ aggregated_samples: samples }))
+  end
+
+  def test_heap_pprof_reads_back_every_type
+    data = H.alloc_profile
+    path = save("heap.pb.gz", data)
+    totals = H.alloc_totals(data)
+    ALLOC_TYPES.each do |t|
+      prof = R.load(path, sample_index: t.to_s)
+      assert_equal([:pprof, t.to_s, t.to_s.end_with?("_space") ? "bytes" : "count", true],
+                   [prof.format, prof.type, prof.unit, prof.alloc?])
+      got, total = functions(prof)
+      assert_equal(expected_alloc_functions(data, t), got, t)
+      assert_equal(totals[t], total, t)
+      # the Hash keeps all four values of every entry, and the interval
+      assert_equal(6, prof.data[:allocations][:samples].size)
+      assert_equal(1024, prof.data[:allocations][:interval])
+      assert_equal(:alloc, prof.data[:mode])
+    end
+    # the file's default type: the one it was written with (inuse_space)
+    assert_equal("inuse_space", R.load(path).type)
+    assert_equal("alloc_objects", R.load(save("ao.pb.gz", data.merge(x: 1)).then do |p|
+      Rperf.save(p, data, sample_type: :alloc_objects)
+      p
+    end).type)
+    e = assert_raise(R::Error) { R.load(path, sample_index: "time") }
+    assert_equal("#{path}: no time sample type in this profile (its types: alloc_objects/count, " \
+                 "alloc_space/bytes, inuse_objects/count, inuse_space/bytes)", e.message)
+    cpu = save("cpu.pb.gz", H.rich_profile)
+    assert_equal("cpu", R.load(cpu, sample_index: "time").type)
+    e = assert_raise(R::Error) { R.load(cpu, sample_index: "alloc_space") }
+    assert_match(/cpu\.pb\.gz: no alloc_space sample type in this profile \(its types: cpu\/nanoseconds\)/, e.message)
+  end
+
+  def test_heap_report_top_filter_export_diff
+    data = H.alloc_profile
+    path = save("heap.pb.gz", data)
+    prof = R.load(path, sample_index: "alloc_objects")
+    out = R.top(prof)
+    assert_match(/^Type: alloc_objects \(count\)$/, out)
+    assert_match(/^\s+3072\s+37\.50%\s+37\.50%\s+5120\s+62\.50%\s+Foo#bar \(app\.rb\)$/, out)
+    space = R.load(path, sample_index: "inuse_space")
+    assert_match(/^Showing top \d+ of \d+ functions, accounting for 2\.06MB \(100\.00% of 2\.06MB total\)$/, R.top(space))
+    # --label class=… selects allocations by class; thread and label sets too
+    by_class = R.filter(prof, labels: { "class" => "String" })
+    assert_equal(3072, functions(by_class)[1])
+    assert_equal(1024, functions(R.filter(prof, labels: { "class" => "MyApp::User" }))[1])
+    assert_equal(1024 + 1024, functions(R.filter(prof, threads: [2], labels: { "job" => "Mailer" }))[1])
+    assert_equal(0, functions(R.filter(prof, labels: { "class" => "Nope" }))[1])
+    # every exporter encodes the chosen type; pprof keeps all four values
+    assert_match(/\ATotal: 8192 objects \(alloc_objects\)\n/, R.export(prof, :text))
+    assert_match(/\ATotal: 2\.1 MiB \(inuse_space\)\n/, R.export(space, :text))
+    assert_equal(Rperf::Collapsed.encode(data, sample_type: :alloc_objects), R.export(prof, :collapsed))
+    raw = Rperf._decode_pprof(R.export(by_class, :pprof), "x")
+    assert_equal(["alloc_objects", [[3072, 122_880, 1024, 40_960]]],
+                 [raw[:default_sample_type], raw[:samples].map { |_, v, _| v }])
+    assert_match(/"sample_type":"alloc_objects"/, R.export(prof, :html))
+    # diff: same type only
+    out = R.diff(prof, R.load(path, sample_index: "alloc_objects"))
+    assert_match(/^No function changed\.$/, out)
+    e = assert_raise(R::Error) { R.diff(prof, R.load(path, sample_index: "inuse_objects")) }
+    assert_match(/cannot compare .* \(alloc_objects, count\) with .* \(inuse_objects, count\)/, e.message)
+  end
+
+  # The rperf command merges the heap profiles of its processes: every
+  # value of every entry kept, a pid label each, written again as a heap
+  # profile.
+  def test_merge_heap_profiles
+    a = R.load(save("a.pb.gz", H.alloc_profile))
+    b = R.load(save("b.pb.gz", H.alloc_profile))
+    merged = R.merge([[100, a], [200, b]])
+    assert_equal(["inuse_space", true, :alloc], [merged.type, merged.alloc?, merged.data[:mode]])
+    entries = merged.data[:allocations][:samples]
+    assert_equal(12, entries.size)
+    sums = (0..3).map { |i| entries.sum { |e| e[2 + i] } }
+    assert_equal(H.alloc_totals(H.alloc_profile).values.map { |v| v * 2 }, sums)
+    pids = entries.map { |e| merged.data[:label_sets][e[7]][:pid] }
+    assert_equal([100] * 6 + [200] * 6, pids)
+    assert_equal([1, 2, 3, 4], entries.map { |e| e[6] }.uniq.sort, "thread_seqs of each process kept apart")
+    raw = Rperf._decode_pprof(Rperf::PProf.encode(merged.data), "m")
+    assert_equal(["inuse_space", 4, 12], [raw[:default_sample_type], raw[:sample_types].size, raw[:samples].size])
+    assert_equal([100, 200], raw[:samples].map { |_, _, l| l["pid"] }.uniq)
+    e = assert_raise(R::Error) { R.merge([[1, a], [2, R.load(save("t.pb.gz", H.rich_profile))]]) }
+    assert_match(/cannot merge/, e.message)
+  end
+
+  # speedscope JSON holds one type: read back as a heap profile of it.
+  def test_alloc_json_reads_back
+    data = H.alloc_profile
+    path = save("heap.json", data, :json)
+    prof = R.load(path)
+    assert_equal([:json, "inuse_space", "bytes", true], [prof.format, prof.type, prof.unit, prof.alloc?])
+    assert_equal(expected_alloc_functions(data, :inuse_space), functions(prof)[0])
+    assert_match(/\ATotal: 2\.1 MiB \(inuse_space\)\n/, R.export(prof, :text))
+    Rperf.save(path, data, sample_type: :alloc_objects)
+    assert_equal(["alloc_objects", "count"], [R.load(path).type, R.load(path).unit])
+    assert_equal("alloc_objects", R.load(path, sample_index: "alloc_objects").type)
+    e = assert_raise(R::Error) { R.load(path, sample_index: "inuse_space") }
+    assert_match(/heap\.json: no inuse_space sample type in this profile \(its type: alloc_objects\)/, e.message)
   end
 end

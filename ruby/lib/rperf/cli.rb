@@ -14,7 +14,11 @@
 # numeric `pid` label on every sample (Rperf::Report.merge), writes the
 # output / prints the stats block with every process summed, and removes
 # the directory. Directories of runs whose CLI is gone are removed at the
-# next start. It exits with the command's status (a command killed by a
+# next start. `record -m alloc` samples allocations instead of time
+# (RPERF_MODE=alloc, and RPERF_ALLOC_INTERVAL from --alloc-interval): the
+# processes write heap profiles, merged like time profiles; --sample-index
+# names the sample type written (report/diff: the type read).
+# It exits with the command's status (a command killed by a
 # signal kills the CLI with the same signal). report/diff read profile files
 # in-process through Rperf::Report (ruby/lib/rperf/report.rb; no Go): a
 # missing file is `File not found: <file>`, a file that cannot be read is one
@@ -47,7 +51,14 @@ module Rperf
     # Variables the CLI owns: unset in the command's environment unless set.
     ENV_KEYS = %w[RPERF_ENABLED RPERF_MODE RPERF_FREQUENCY RPERF_OUTPUT RPERF_FORMAT RPERF_SIGNAL
                   RPERF_BACKEND RPERF_AGGREGATE RPERF_STAT RPERF_VERBOSE RPERF_STAT_COMMAND
-                  RPERF_STAT_REPORT RPERF_CHILD_DIR].freeze
+                  RPERF_STAT_REPORT RPERF_CHILD_DIR RPERF_ALLOC_INTERVAL].freeze
+    # -m values: record takes alloc too (allocation sampling; the time modes
+    # are what stat/exec report on).
+    MODES = %w[cpu wall].freeze
+    RECORD_MODES = %w[cpu wall alloc].freeze
+    MAX_ALLOC_INTERVAL = 1 << 30 # the limit of Rperf.start's alloc_interval:
+    # --sample-index values (Go pprof's name for the sample type shown).
+    SAMPLE_INDEXES = %w[time alloc_objects alloc_space inuse_objects inuse_space].freeze
     # The run's private directory in Dir.tmpdir: rperf-run-<CLI pid>-<random>.
     RUN_DIR = Rperf::RunDir::NAME
     # A process's files in it (ruby/lib/rperf.rb, __start_child_run).
@@ -99,9 +110,9 @@ module Rperf
     end
 
     Settings = Struct.new(:subcommand, :output, :frequency, :mode, :format, :print, :signal,
-                          :backend, :aggregate, :verbose, :report)
-    # report/diff: view :top or :text, rows, filters.
-    ReportSettings = Struct.new(:subcommand, :view, :top, :focus, :ignore, :threads, :labels)
+                          :backend, :aggregate, :verbose, :report, :alloc_interval, :sample_index)
+    # report/diff: view :top or :text, rows, filters, the sample type read.
+    ReportSettings = Struct.new(:subcommand, :view, :top, :focus, :ignore, :threads, :labels, :sample_index)
     REPORT_SUBCOMMANDS = %w[report diff].freeze
     DEFAULT_TOP = 50
     DEFAULT_REPORT_FILE = "rperf.data"
@@ -201,7 +212,15 @@ module Rperf
           op.on("-o", "--output PATH", "also write a profile file (default: none)") { |v| s.output = v }
         end
         op.on("-f", "--frequency HZ", "samples per second, 1..#{MAX_FREQUENCY} (default 1000)") { |v| s.frequency = v }
-        op.on("-m", "--mode MODE", "cpu or wall (default #{sub == 'record' ? 'cpu' : 'wall'})") { |v| s.mode = v }
+        if sub == "record"
+          op.on("-m", "--mode MODE", "cpu, wall or alloc (allocations; default cpu)") { |v| s.mode = v }
+          op.on("--alloc-interval N", "with -m alloc: sample one allocation in N on average " \
+                                      "(1..#{MAX_ALLOC_INTERVAL}; default: the library's)") { |v| s.alloc_interval = v }
+          op.on("--sample-index TYPE", "the output's sample type: time (cpu, wall), or with -m alloc " \
+                                       "#{SAMPLE_INDEXES.drop(1).join(', ')} (default inuse_space)") { |v| s.sample_index = v }
+        else
+          op.on("-m", "--mode MODE", "cpu or wall (default wall)") { |v| s.mode = v }
+        end
         op.on("--format NAME", "pprof, collapsed, json, text or a registered exporter " \
                                "(default: from the output suffix)") { |v| s.format = v }
         op.on("-p", "--print", "print the text report to stdout instead of writing a file") { s.print = true } if sub == "record"
@@ -220,7 +239,7 @@ module Rperf
     # -> ReportSettings, or nil after -h; raises UsageError. Leaves the files
     # in args. Options may come before or after the files.
     def parse_report(sub, args)
-      s = ReportSettings.new(sub, :top, nil, nil, nil, [], {})
+      s = ReportSettings.new(sub, :top, nil, nil, nil, [], {}, nil)
       args.replace(join_top_count(args))
       return nil if parse_options(sub, s, args, :permute!)
 
@@ -273,13 +292,23 @@ module Rperf
         op.on("--ignore REGEX", "drop samples through a function whose name or file matches") do |v|
           s.ignore = report_regexp("--ignore", v, sub)
         end
+        op.on("--sample-index TYPE", "the sample type to read: time, #{SAMPLE_INDEXES.drop(1).join(', ')} " \
+                                     "(default: the file's default type)") do |v|
+          unless SAMPLE_INDEXES.include?(v)
+            raise UsageError.new("--sample-index must be #{SAMPLE_INDEXES[0..-2].join(', ')} or " \
+                                 "#{SAMPLE_INDEXES[-1]}, got #{v.inspect}", sub)
+          end
+
+          s.sample_index = v
+        end
         op.on("--thread SEQ", "only samples of thread SEQ (the thread_seq label; repeatable)") do |v|
           seq = Integer(v, 10, exception: false)
           raise UsageError.new("--thread must be a positive thread number, got #{v.inspect}", sub) unless seq&.positive?
 
           s.threads << seq
         end
-        op.on("--label KEY=VALUE", "only samples with this label (repeatable; also thread_seq=N, ractor=N)") do |v|
+        op.on("--label KEY=VALUE", "only samples with this label (repeatable; also thread_seq=N, ractor=N, " \
+                                   "class=NAME in a heap profile)") do |v|
           key, value = v.split("=", 2)
           raise UsageError.new("--label must be KEY=VALUE, got #{v.inspect}", sub) if key.to_s.empty? || value.nil?
 
@@ -327,7 +356,8 @@ module Rperf
       report = report_library
       begin
         profiles = files.map do |f|
-          report.filter(report.load(f), focus: s.focus, ignore: s.ignore, threads: s.threads, labels: s.labels)
+          report.filter(report.load(f, sample_index: s.sample_index), focus: s.focus, ignore: s.ignore,
+                                                                      threads: s.threads, labels: s.labels)
         end
         limit = s.top || DEFAULT_TOP
         @out.write(
@@ -364,9 +394,7 @@ module Rperf
         raise UsageError.new("Error: frequency must be <= #{MAX_FREQUENCY} (10KHz), got #{freq}", sub, verbatim: true)
       end
       s.frequency = freq
-      unless %w[cpu wall].include?(s.mode)
-        raise UsageError.new("mode must be cpu or wall, got #{s.mode.inspect}", sub)
-      end
+      validate_mode(s)
       validate_signal(s)
       if s.backend && !library.backends.include?(s.backend.to_sym)
         raise UsageError.new("unknown backend #{s.backend.inspect} " \
@@ -376,6 +404,34 @@ module Rperf
         raise UsageError.new("unknown format #{s.format.inspect} " \
                              "(available: #{library.exporters.join(', ')})", sub)
       end
+    end
+
+    # -m, --alloc-interval and --sample-index. alloc is record's only: stat
+    # and exec report time.
+    def validate_mode(s)
+      sub = s.subcommand
+      modes = sub == "record" ? RECORD_MODES : MODES
+      unless modes.include?(s.mode)
+        raise UsageError.new("mode must be #{modes[0..-2].join(', ')} or #{modes[-1]}, got #{s.mode.inspect}" \
+                             "#{' (alloc: record only)' if s.mode == 'alloc'}", sub)
+      end
+      if s.alloc_interval
+        n = Integer(s.alloc_interval, 10, exception: false)
+        unless n&.between?(1, MAX_ALLOC_INTERVAL)
+          raise UsageError.new("--alloc-interval must be an integer 1..#{MAX_ALLOC_INTERVAL}, " \
+                               "got #{s.alloc_interval.inspect}", sub)
+        end
+        raise UsageError.new("--alloc-interval needs -m alloc", sub) unless s.mode == "alloc"
+
+        s.alloc_interval = n
+      end
+      return unless s.sample_index
+
+      wanted = s.mode == "alloc" ? SAMPLE_INDEXES.drop(1) : ["time"]
+      return if wanted.include?(s.sample_index)
+
+      raise UsageError.new("--sample-index must be #{wanted[0..-2].join(', ')}#{' or ' if wanted.size > 1}" \
+                           "#{wanted[-1]} with -m #{s.mode}, got #{s.sample_index.inspect}", sub)
     end
 
     # The same rules as Rperf.start's signal: (lib/rperf.rb): false, or a
@@ -456,6 +512,7 @@ module Rperf
       )
       env["RPERF_SIGNAL"] = s.signal
       env["RPERF_BACKEND"] = s.backend
+      env["RPERF_ALLOC_INTERVAL"] = s.alloc_interval.to_s if s.alloc_interval
       env["RPERF_AGGREGATE"] = "0" unless s.aggregate
       env["RPERF_VERBOSE"] = "1" if s.verbose
       env
@@ -605,10 +662,11 @@ module Rperf
     # default) says, in --format or the suffix's format. A failure is
     # reported and does not change the exit status.
     def write_output(s, data)
+      sample_type = s.sample_index&.to_sym
       if s.print
-        @out.write(library::Text.encode(data))
+        @out.write(library::Text.encode(data, sample_type: sample_type))
       elsif (path = output_path(s))
-        library.save(path, data, exporter: s.format&.to_sym)
+        library.save(path, data, exporter: s.format&.to_sym, sample_type: sample_type)
       end
     rescue StandardError => e
       @err.puts "rperf: writing #{s.print ? 'the report' : output_path(s)} failed: #{e.message}"

@@ -14,38 +14,60 @@
 # until Rperf.stop releases it); Ruby exporters get the result Hash. See
 # docs/exporters.md.
 #
+# Every encoder takes `sample_type:` (Rperf::SAMPLE_TYPES): the time profile
+# (:time, or :cpu / :wall matching the result's mode) or one of the four
+# allocation types of a result that has :allocations. nil (the default)
+# means the time profile when the result has time samples (mode :cpu or
+# :wall), else :inuse_space. Rperf.sample_type(data, requested) tells which
+# one an exporter encodes, or raises the ArgumentError it would raise.
+#
 # NOTE: inside `module Rperf`, the constant JSON means Rperf::JSON; use ::JSON
 # for the standard library.
 
 module Rperf
-  # pprof protobuf bytes (not compressed; Rperf.save gzips).
+  # Accepted values of sample_type: (Symbols; the same Strings are accepted).
+  SAMPLE_TYPES = %i[time cpu wall alloc_objects alloc_space inuse_objects inuse_space].freeze
+  # The allocation sample types, in pprof's (Go's heap profile) order.
+  ALLOC_SAMPLE_TYPES = %i[alloc_objects alloc_space inuse_objects inuse_space].freeze
+
+  # pprof protobuf bytes (not compressed; Rperf.save gzips). An allocation
+  # sample type gives a heap profile with all four allocation values and
+  # that type as default_sample_type.
   module PProf
-    def self.encode(data)
-      Rperf._encode("pprof", data, nil)
+    def self.encode(data, sample_type: nil)
+      Rperf._encode("pprof", data, Rperf.__export_opts(sample_type))
     end
   end
 
-  # Folded stacks: "root;…;leaf weight_ns\n" per distinct stack, sorted.
+  # Folded stacks: "root;…;leaf weight\n" per distinct stack, sorted
+  # (weight: ns, objects or bytes per the sample type).
   module Collapsed
-    def self.encode(data)
-      Rperf._encode("collapsed", data, nil)
+    def self.encode(data, sample_type: nil)
+      Rperf._encode("collapsed", data, Rperf.__export_opts(sample_type))
     end
   end
 
   # speedscope's JSON file format (one sampled profile per thread).
   module JSON
-    def self.encode(data)
-      Rperf._encode("json", data, nil)
+    def self.encode(data, sample_type: nil)
+      Rperf._encode("json", data, Rperf.__export_opts(sample_type))
     end
   end
 
   # Flat and cumulative tables.
   module Text
-    def self.encode(data, top_n: 50, header: true)
+    def self.encode(data, top_n: 50, header: true, sample_type: nil)
       unless top_n.is_a?(Integer) && top_n >= 0
         raise ArgumentError, "top_n must be a non-negative Integer, got #{top_n.inspect}"
       end
-      Rperf._encode("text", data, { top_n: top_n, header: header ? true : false })
+      Rperf._encode("text", data, { top_n: top_n, header: header ? true : false, sample_type: sample_type })
+    end
+  end
+
+  # The self-contained HTML flame graph page.
+  module HTML
+    def self.encode(data, sample_type: nil)
+      Rperf._encode("html", data, Rperf.__export_opts(sample_type))
     end
   end
 
@@ -99,12 +121,32 @@ module Rperf
     # owner and mode kept), through symlinks, and devices, FIFOs and
     # /dev/stdout in place (docs/exporters.md). Without exporter:/format:,
     # the suffix of `path` decides (default pprof). pprof files are gzipped.
-    # Returns path. Raises on failure, leaving no partial regular file.
-    def save(path, data, exporter: nil, format: nil)
+    # sample_type: as the encoders take it (above). Returns path. Raises on
+    # failure (a bad sample_type: before anything is written), leaving no
+    # partial regular file.
+    def save(path, data, exporter: nil, format: nil, sample_type: nil)
       name = __resolve_exporter(exporter, format, path)
+      __check_sample_type(sample_type)
       flush_std_streams
-      write_export(path_string!(path), data, name)
+      write_export(path_string!(path), data, name, sample_type)
       path
+    end
+
+    # The options Hash of Rperf._encode for a sample_type: (nil: none).
+    def __export_opts(sample_type)
+      sample_type.nil? ? nil : { sample_type: sample_type }
+    end
+
+    # A sample_type: value before any data is at hand (e.g. at start):
+    # nil or one of SAMPLE_TYPES (Symbol or String), else ArgumentError
+    # naming the option and the accepted values. Whether the result can give
+    # it is checked when it is encoded (Rperf.sample_type).
+    def __check_sample_type(sample_type)
+      return if sample_type.nil?
+      return if (sample_type.is_a?(Symbol) || sample_type.is_a?(String)) && SAMPLE_TYPES.include?(sample_type.to_sym)
+
+      raise ArgumentError, "sample_type: must be one of #{SAMPLE_TYPES[0..-2].map(&:inspect).join(', ')} " \
+                           "or #{SAMPLE_TYPES[-1].inspect}, got #{sample_type.inspect}"
     end
 
     # Rperf.start's check of output: (nil: nothing to check), before anything
@@ -146,17 +188,19 @@ module Rperf
     # Write the profile at stop, called by Rperf.stop before it releases the
     # engine's data: a C exporter's view is built from that data directly
     # (Rperf._c_export_engine falls back to `data` when the engine no longer
-    # holds it, or holds raw samples). Never raises for an exporter or I/O
-    # failure: reports "rperf: exporter NAME failed: …" on stderr and returns
-    # false, leaving no partial file. Returns true when the file was written.
-    def __export_at_stop(data, path, name)
+    # holds it, holds raw samples, or the result has :allocations). Never
+    # raises for an exporter or I/O failure: reports "rperf: exporter NAME
+    # failed: …" on stderr and returns false, leaving no partial file.
+    # Returns true when the file was written. sample_type: as Rperf.save's
+    # (nil: the result's default).
+    def __export_at_stop(data, path, name, sample_type = nil)
       name ||= __resolve_exporter(nil, nil, path)
       path = path_string!(path)
       flush_std_streams
       if @ruby_exporters.key?(name)
-        write_export(path, data, name)
+        write_export(path, data, name, sample_type)
       else
-        _c_export_engine(name.to_s, path, data)
+        _c_export_engine(name.to_s, path, data, __export_opts(sample_type))
       end
       true
     rescue StandardError, ScriptError, NoMemoryError, SystemStackError => e
@@ -218,17 +262,31 @@ module Rperf
       path
     end
 
-    def write_export(path, data, name)
+    def write_export(path, data, name, sample_type = nil)
       obj = @ruby_exporters[name]
       if obj
-        write_ruby_export(path, data, name, obj)
+        write_ruby_export(path, data, name, obj, sample_type)
       else
-        _encode_file(name.to_s, data, path, nil)
+        _encode_file(name.to_s, data, path, __export_opts(sample_type))
       end
     end
 
-    def write_ruby_export(path, data, name, obj)
-      bytes = obj.encode(data)
+    # A Ruby exporter whose encode takes a `sample_type:` keyword always gets
+    # the resolved one (:time or an allocation type); one that does not is
+    # called encode(data) as before, and refuses a sample_type: other than
+    # the result's default.
+    def write_ruby_export(path, data, name, obj, sample_type = nil)
+      params = obj.method(:encode).parameters
+      takes = params.any? { |kind, key| (%i[key keyreq].include?(kind) && key == :sample_type) || kind == :keyrest }
+      bytes = if takes
+                obj.encode(data, sample_type: Rperf.sample_type(data, sample_type))
+              else
+                if !sample_type.nil? && Rperf.sample_type(data, sample_type) != Rperf.sample_type(data)
+                  raise ArgumentError, "sample_type: exporter #{name.inspect} only encodes the result's default " \
+                                       "(#{Rperf.sample_type(data).inspect}): its encode has no sample_type: keyword"
+                end
+                obj.encode(data)
+              end
       unless bytes.is_a?(String)
         raise TypeError, "exporter #{name.inspect} returned #{bytes.class}, expected a String"
       end

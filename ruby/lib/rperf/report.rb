@@ -5,6 +5,7 @@
 # without Go:
 #
 #   profile = Rperf::Report.load("profile.pb.gz")   # pprof (.pb.gz/.pb) or our speedscope JSON
+#   profile = Rperf::Report.load("heap.pb.gz", sample_index: "alloc_space")  # a chosen sample type
 #   profile = Rperf::Report.filter(profile, focus: /Foo/, threads: [1], labels: { "endpoint" => "GET /" })
 #   puts Rperf::Report.top(profile, limit: 20)       # like `go tool pprof -top`
 #   puts Rperf::Report.export(profile, :text)        # any exporter on the profile
@@ -21,8 +22,16 @@
 # pprof files are decoded by our own C reader (Rperf._decode_pprof,
 # exporters/pprof_decode.c): Go's CPU profiles, profiles re-encoded by
 # `go tool pprof -proto` and ours. The sample type shown is the profile's
-# default one, else its last (as pprof does). Every problem with a file is
-# a Rperf::Report::Error (an ArgumentError) whose message names the file.
+# default one, else its last (as pprof does), unless load's sample_index:
+# names another ("time": the profile's time type; or a sample type name).
+#
+# A heap profile (sample types alloc_objects, alloc_space, inuse_objects,
+# inuse_space: ours, or Go's runtime heap profile) loads as a result of
+# mode :alloc with :allocations (all four values per entry, the `class`
+# label as the class name), so merge and the exporters keep every value;
+# top/diff/filter count the chosen type (`--label class=String` filters
+# by class). Every problem with a file is a Rperf::Report::Error (an
+# ArgumentError) whose message names the file.
 
 require "json"
 
@@ -31,9 +40,22 @@ module Rperf
     class Error < ArgumentError; end
 
     # file: the path; format: :pprof or :json; type/unit: the sample type
-    # shown (unit "nanoseconds" for every time type); data: the result Hash;
-    # filters: what filter() applied, as the options that asked for it.
-    Profile = Struct.new(:file, :format, :type, :unit, :data, :filters, keyword_init: true)
+    # shown (unit "nanoseconds" for every time type); data: the result Hash
+    # (with :allocations for a heap profile); filters: what filter()
+    # applied, as the options that asked for it.
+    Profile = Struct.new(:file, :format, :type, :unit, :data, :filters, keyword_init: true) do
+      # A heap profile: its samples are data[:allocations][:samples] and
+      # `type` is the allocation type counted.
+      def alloc?
+        ALLOC_TYPES.include?(type) && data.key?(:allocations)
+      end
+    end
+
+    # The heap-profile sample types (Go's order) and what --sample-index takes.
+    ALLOC_TYPES = %w[alloc_objects alloc_space inuse_objects inuse_space].freeze
+    SAMPLE_INDEXES = ["time", *ALLOC_TYPES].freeze
+    # The label that carries an allocation's class in a heap pprof.
+    CLASS_LABEL = "class"
 
     TIME_UNITS = { "nanoseconds" => 1, "ns" => 1, "microseconds" => 1_000, "us" => 1_000,
                    "milliseconds" => 1_000_000, "ms" => 1_000_000, "seconds" => 1_000_000_000,
@@ -50,7 +72,9 @@ module Rperf
 
     # ---- reading -----------------------------------------------------------
 
-    def load(path)
+    # sample_index: nil (the file's default type), "time" (its time type) or
+    # a sample type name such as "alloc_space".
+    def load(path, sample_index: nil)
       path = path.to_s
       raise Error, "#{path}: no such file" unless File.exist?(path)
       raise Error, "#{path}: is a directory, not a profile" if File.directory?(path)
@@ -60,7 +84,7 @@ module Rperf
       rescue SystemCallError, IOError => e
         raise Error, "#{path}: cannot read: #{e.message}"
       end
-      json?(bytes) ? from_speedscope(path, bytes) : from_pprof(path, bytes)
+      json?(bytes) ? from_speedscope(path, bytes, sample_index) : from_pprof(path, bytes, sample_index)
     end
 
     # Our JSON is text starting with "{"; pprof is binary (or gzip).
@@ -68,7 +92,7 @@ module Rperf
       bytes.b.lstrip.start_with?("{")
     end
 
-    def from_pprof(path, bytes)
+    def from_pprof(path, bytes, sample_index = nil)
       raw = begin
         Rperf._decode_pprof(bytes, path)
       rescue ArgumentError => e
@@ -77,9 +101,38 @@ module Rperf
       types = raw[:sample_types]
       raise Error, "#{path}: not a readable pprof profile: no sample types" if types.empty?
 
-      index = types.index { |t, _| t == raw[:default_sample_type] } || types.size - 1
+      index = if sample_index
+                pick_index(path, types, sample_index)
+              else
+                types.index { |t, _| t == raw[:default_sample_type] } || types.size - 1
+              end
       type, unit = types[index]
-      scale = TIME_UNITS[unit]
+      columns = ALLOC_TYPES.map { |n| types.index { |t, _| t == n } }
+      data = if ALLOC_TYPES.include?(type) && columns.all?
+               heap_data(raw, columns)
+             else
+               time_data(raw, index, type, TIME_UNITS[unit])
+             end
+      data[:start_time_ns] = raw[:time_nanos] if raw[:time_nanos].positive?
+      data[:duration_ns] = raw[:duration_nanos] if raw[:duration_nanos].positive?
+      Profile.new(file: path, format: :pprof, type: type, unit: TIME_UNITS[unit] ? "nanoseconds" : unit, data: data)
+    end
+
+    # The index of the sample type `want` ("time": the first with a time unit).
+    def pick_index(path, types, want)
+      index = if want == "time"
+                types.index { |_, u| TIME_UNITS[u] }
+              else
+                types.index { |t, _| t == want }
+              end
+      return index if index
+
+      raise Error, "#{path}: no #{want} sample type in this profile " \
+                   "(its types: #{types.map { |t, u| "#{t}/#{u}" }.join(', ')})"
+    end
+
+    # One sample type's values as the weights of :aggregated_samples.
+    def time_data(raw, index, type, scale)
       builder = Builder.new
       raw[:samples].each do |frames, values, labels|
         weight = values[index]
@@ -87,10 +140,24 @@ module Rperf
 
         builder.add(frames, scale ? weight * scale : weight, labels)
       end
-      data = builder.data(mode: type == "wall" ? :wall : :cpu, frequency: pprof_frequency(raw))
-      data[:start_time_ns] = raw[:time_nanos] if raw[:time_nanos].positive?
-      data[:duration_ns] = raw[:duration_nanos] if raw[:duration_nanos].positive?
-      Profile.new(file: path, format: :pprof, type: type, unit: scale ? "nanoseconds" : unit, data: data)
+      builder.data(mode: type == "wall" ? :wall : :cpu, frequency: pprof_frequency(raw))
+    end
+
+    # A heap profile as a result of mode :alloc: every sample with a value
+    # > 0 an :allocations entry with its four values (`columns`: their
+    # indices) and its `class` label as the class name.
+    def heap_data(raw, columns)
+      builder = Builder.new
+      raw[:samples].each do |frames, values, labels|
+        four = columns.map { |i| values[i].negative? ? 0 : values[i] }
+        next if four.all?(&:zero?)
+
+        klass = labels&.[](CLASS_LABEL)
+        labels = labels.reject { |k, _| k == CLASS_LABEL } if klass
+        builder.add_allocation(frames, klass.is_a?(String) ? klass : nil, four, labels)
+      end
+      interval = raw[:comments].filter_map { |c| c[/\Aallocation interval: (\d+)\z/, 1]&.to_i }.first
+      builder.data(mode: :alloc, frequency: pprof_frequency(raw), interval: interval)
     end
 
     def pprof_frequency(raw)
@@ -103,7 +170,7 @@ module Rperf
 
     # speedscope's file format as exporters/json.c writes it: shared frames,
     # one sampled profile per thread named "thread <seq> [\"name\"] [ractor <id>]".
-    def from_speedscope(path, bytes)
+    def from_speedscope(path, bytes, sample_index = nil)
       doc = begin
         ::JSON.parse(bytes.dup.force_encoding(Encoding::UTF_8).scrub)
       rescue ::JSON::ParserError => e
@@ -118,6 +185,7 @@ module Rperf
         [f["file"].is_a?(String) ? f["file"] : "", name, f["line"].is_a?(Integer) ? f["line"] : 0].freeze
       end
       mode = doc["name"].to_s[/\Arperf (cpu|wall) profile\z/, 1]
+      alloc_type = doc["name"].to_s[/\Arperf (#{ALLOC_TYPES.join('|')}) profile\z/o, 1]
       units = []
       builder = Builder.new
       doc["profiles"].each_with_index do |prof, pi|
@@ -145,13 +213,27 @@ module Rperf
           bad.("profile #{pi} sample #{si}: weight must be a number") unless w.is_a?(Numeric)
           next unless w.positive?
 
-          builder.add(stack.reverse.map { |i| frames[i] }, (w * scale).round, seq.zero? ? nil : thread)
+          stack = stack.reverse.map { |i| frames[i] }
+          if alloc_type # one allocation type: its column, the others 0
+            four = ALLOC_TYPES.map { |t| t == alloc_type ? w.round : 0 }
+            builder.add_allocation(stack, nil, four, seq.zero? ? nil : thread)
+          else
+            builder.add(stack, (w * scale).round, seq.zero? ? nil : thread)
+          end
         end
       end
       unit = units.uniq.size <= 1 ? units.first || "nanoseconds" : bad.("profiles with different units")
-      data = builder.data(mode: mode == "wall" ? :wall : :cpu, frequency: 0)
-      Profile.new(file: path, format: :json, type: mode || "samples",
-                  unit: TIME_UNITS[unit] ? "nanoseconds" : unit, data: data)
+      type = alloc_type || mode || "samples"
+      if sample_index && sample_index != type && !(sample_index == "time" && TIME_UNITS[unit])
+        raise Error, "#{path}: no #{sample_index} sample type in this profile (its type: #{type})"
+      end
+      data = if alloc_type
+               builder.data(mode: :alloc, frequency: 0)
+             else
+               builder.data(mode: mode == "wall" ? :wall : :cpu, frequency: 0)
+             end
+      unit = alloc_type.end_with?("_space") ? "bytes" : "count" if alloc_type
+      Profile.new(file: path, format: :json, type: type, unit: TIME_UNITS[unit] ? "nanoseconds" : unit, data: data)
     end
 
     # Collects samples into the result Hash shape: user labels become label
@@ -160,6 +242,7 @@ module Rperf
     class Builder
       def initialize
         @samples = []
+        @allocations = nil
         @sets = { {} => 0 }
         @threads = {}
         @names = {}
@@ -170,6 +253,33 @@ module Rperf
       end
 
       def add(frames, weight, labels)
+        @samples << [frames, weight, *thread_and_set(labels)]
+      end
+
+      # An :allocations entry: [frames, class_name, *four values, seq, set].
+      def add_allocation(frames, klass, four, labels)
+        (@allocations ||= []) << [frames, klass, *four, *thread_and_set(labels)]
+      end
+
+      def data(mode:, frequency:, interval: nil)
+        d = {
+          mode: mode, frequency: frequency, aggregated_samples: @samples,
+          label_sets: @sets.keys,
+          threads: @threads.sort.map do |seq, ractor|
+            { thread_seq: seq, ractor_id: ractor, name: @names[seq], native_tid: nil }
+          end,
+        }
+        if mode == :alloc
+          d[:allocations] = { samples: @allocations || [] }
+          d[:allocations][:interval] = interval if interval
+        end
+        d
+      end
+
+      private
+
+      # [thread_seq, label_set_id] of a sample's labels.
+      def thread_and_set(labels)
         seq = 0
         set = 0
         ractor = nil
@@ -185,17 +295,7 @@ module Rperf
           @threads[seq] ||= ractor || 0 if seq.positive?
           set = (@sets[user] ||= @sets.size) unless user.empty?
         end
-        @samples << [frames, weight, seq, set]
-      end
-
-      def data(mode:, frequency:)
-        {
-          mode: mode, frequency: frequency, aggregated_samples: @samples,
-          label_sets: @sets.keys,
-          threads: @threads.sort.map do |seq, ractor|
-            { thread_seq: seq, ractor_id: ractor, name: @names[seq], native_tid: nil }
-          end,
-        }
+        [seq, set]
       end
     end
 
@@ -208,19 +308,20 @@ module Rperf
     # of their own, numbered after the previous process's, so that their
     # thread tables stay apart. The start is the earliest start, the
     # duration spans to the latest end. All profiles must count the same
-    # sample type.
+    # sample type. Heap profiles merge their :allocations (all four values).
     def merge(parts, file: nil)
       raise Error, "no profiles to merge" if parts.empty?
 
       first = parts[0][1]
       samples = []
+      allocations = first.alloc? ? [] : nil
       sets = {}
       threads = []
       offset = 0
       starts = []
       ends = []
       parts.each do |pid, prof|
-        if prof.type != first.type || prof.unit != first.unit
+        if prof.type != first.type || prof.unit != first.unit || prof.alloc? != first.alloc?
           raise Error, "cannot merge #{prof.file} (#{prof.type}, #{prof.unit}) with " \
                        "#{first.file} (#{first.type}, #{first.unit})"
         end
@@ -229,11 +330,14 @@ module Rperf
           sets[{ PID_LABEL => pid, **h.except(PID_LABEL) }] ||= sets.size
         end
         top = 0
-        d[:aggregated_samples].each do |frames, w, seq, set|
+        # seq and set of a sample of this process in the merged profile
+        place = lambda do |seq, set|
           seq ||= 0
           top = seq if seq > top
-          samples << [frames, w, seq.positive? ? seq + offset : 0, set_ids[set || 0]]
+          [seq.positive? ? seq + offset : 0, set_ids[set || 0] + 1]
         end
+        d[:aggregated_samples].each { |frames, w, seq, set| samples << [frames, w, *place.(seq, set)] }
+        d[:allocations][:samples].each { |e| allocations << [*e[0, 6], *place.(e[6], e[7])] } if allocations
         d[:threads].each do |t|
           top = t[:thread_seq] if t[:thread_seq] > top
           threads << t.merge(thread_seq: t[:thread_seq] + offset)
@@ -246,9 +350,12 @@ module Rperf
       end
       # label set 0 is the empty set (exporters: no labels); every merged
       # sample has a pid, so it is unused.
-      data = { mode: first.data[:mode], frequency: first.data[:frequency],
-               aggregated_samples: samples.map { |f, w, t, l| [f, w, t, l + 1] },
+      data = { mode: first.data[:mode], frequency: first.data[:frequency], aggregated_samples: samples,
                label_sets: [{}, *sets.keys], threads: threads.sort_by { |t| t[:thread_seq] } }
+      if allocations
+        data[:allocations] = { samples: allocations }
+        data[:allocations][:interval] = first.data[:allocations][:interval] if first.data[:allocations][:interval]
+      end
       data[:start_time_ns] = starts.min unless starts.empty?
       data[:duration_ns] = ends.max - starts.min unless ends.empty?
       Profile.new(file: file, format: first.format, type: first.type, unit: first.unit, data: data)
@@ -260,7 +367,8 @@ module Rperf
     # matching `focus` (function name or file), none matching `ignore`, on
     # one of `threads` (thread_seq Integers, empty = any) and carrying every
     # label of `labels` (String key => String value; "thread_seq" and
-    # "ractor" compare with the sample's thread and Ractor).
+    # "ractor" compare with the sample's thread and Ractor, "class" with a
+    # heap profile's allocation class).
     def filter(profile, focus: nil, ignore: nil, threads: [], labels: {})
       data = profile.data
       return profile if focus.nil? && ignore.nil? && threads.empty? && labels.empty?
@@ -269,21 +377,26 @@ module Rperf
       sets = data[:label_sets].map { |h| h.to_h { |k, v| [k.to_s, v.to_s] } }
       focused = frame_matcher(focus)
       ignored = frame_matcher(ignore)
-      kept = data[:aggregated_samples].select do |frames, _w, seq, set|
+      keep = lambda do |frames, seq, set, klass|
         next false unless threads.empty? || threads.include?(seq)
-        next false unless labels.all? { |k, v| label_value(k, seq, sets[set], ractor_of) == v }
+        next false unless labels.all? { |k, v| label_value(k, seq, sets[set], ractor_of, klass) == v }
         next false if focused && frames.none? { |f| focused[f] }
         next false if ignored && frames.any? { |f| ignored[f] }
 
         true
+      end
+      kept = data[:aggregated_samples].select { |frames, _w, seq, set| keep.(frames, seq, set, nil) }
+      filtered = data.merge(aggregated_samples: kept)
+      if profile.alloc?
+        entries = data[:allocations][:samples].select { |e| keep.(e[0], e[6], e[7], e[1]) }
+        filtered[:allocations] = data[:allocations].merge(samples: entries)
       end
       applied = []
       applied << "--focus #{focus.source}" if focus
       applied << "--ignore #{ignore.source}" if ignore
       threads.each { |t| applied << "--thread #{t}" }
       labels.each { |k, v| applied << "--label #{k}=#{v}" }
-      Profile.new(**profile.to_h, data: data.merge(aggregated_samples: kept),
-                                  filters: [*profile.filters, *applied])
+      Profile.new(**profile.to_h, data: filtered, filters: [*profile.filters, *applied])
     end
 
     # frame -> whether `re` matches its function name or file (memoised per
@@ -292,11 +405,24 @@ module Rperf
       re && Hash.new { |h, f| h[f] = re.match?(f[1]) || re.match?(f[0]) }.compare_by_identity
     end
 
-    def label_value(key, seq, set, ractor_of)
+    def label_value(key, seq, set, ractor_of, klass = nil)
       case key
       when THREAD_LABEL then seq.positive? ? seq.to_s : nil
       when RACTOR_LABEL then ractor_of[seq]&.positive? ? ractor_of[seq].to_s : nil
+      when CLASS_LABEL then klass || set&.[](key)
       else set&.[](key)
+      end
+    end
+
+    # [[frames, weight, thread_seq, label_set_id], …] of the type the
+    # profile counts: :aggregated_samples, or for a heap profile the chosen
+    # value of each :allocations entry (entries where it is 0 left out).
+    def samples(profile)
+      return profile.data[:aggregated_samples] unless profile.alloc?
+
+      col = 2 + ALLOC_TYPES.index(profile.type)
+      profile.data[:allocations][:samples].filter_map do |e|
+        [e[0], e[col], e[6] || 0, e[7] || 0] if e[col].positive?
       end
     end
 
@@ -308,7 +434,7 @@ module Rperf
       keys = Hash.new { |h, f| h[f] = [f[0], f[1].empty? ? "(unknown)" : f[1]].freeze }.compare_by_identity
       rows = Hash.new { |h, k| h[k] = [0, 0] }
       total = 0
-      profile.data[:aggregated_samples].each do |frames, w, *|
+      samples(profile).each do |frames, w, *|
         total += w
         next if frames.empty?
 
@@ -348,21 +474,25 @@ module Rperf
 
     # Encode the profile with any exporter (:text, :collapsed, :pprof, …
     # and the HTML exporter where registered). `opts`: Rperf::Text's.
+    # A heap profile is encoded with its type as sample_type: (all four
+    # values in pprof).
     def export(profile, exporter, **opts)
+      sample_type = profile.alloc? ? profile.type.to_sym : nil
       if exporter.to_sym == :text
-        unless profile.unit == "nanoseconds"
-          raise Error, "#{profile.file}: --text needs a time profile; this one counts #{profile.unit} " \
+        unless profile.unit == "nanoseconds" || profile.alloc?
+          raise Error, "#{profile.file}: --text needs a time or heap profile; this one counts #{profile.unit} " \
                        "(#{profile.type}): use --top"
         end
-        return Rperf::Text.encode(profile.data, **opts)
+        return Rperf::Text.encode(profile.data, **opts, sample_type: sample_type)
       end
-      Rperf._encode(exporter.to_s, profile.data, nil)
+      Rperf._encode(exporter.to_s, profile.data, sample_type && { sample_type: sample_type })
     end
 
     # Per-function change from `base` to `target`, sorted by the absolute
     # change of flat, then of cum.
     def diff(base, target, limit: 50)
-      if base.unit != target.unit
+      if base.unit != target.unit ||
+         (base.type != target.type && (ALLOC_TYPES.include?(base.type) || ALLOC_TYPES.include?(target.type)))
         raise Error, "cannot compare #{base.file} (#{base.type}, #{base.unit}) with " \
                      "#{target.file} (#{target.type}, #{target.unit})"
       end
