@@ -178,8 +178,8 @@ static int count_active(VALUE key, VALUE val, VALUE sum)
     return ST_CONTINUE;
 }
 
-/* The main Ractor's hook list holds just rperf's GC and allocation hooks
- * (TracePoint.stat counts the hooks of the calling Ractor's list). */
+/* The main Ractor's hook list holds just rperf's GC hook (TracePoint.stat
+ * counts the active hooks of the calling Ractor's list). */
 static bool main_list_ours_only(void)
 {
     int state = 0;
@@ -191,7 +191,7 @@ static bool main_list_ours_only(void)
     if (!RB_TYPE_P(stat, T_HASH)) return false;
     long active = 0;
     rb_hash_foreach(stat, count_active, (VALUE)&active);
-    return active == 2;
+    return active == 1;
 }
 
 /* GVL held, main Ractor, at start (after the engine started) */
@@ -199,11 +199,12 @@ void rperf_rb_alloc_install(void)
 {
     if (installed || !rperf_heap_enabled()) return;
     paused = false;
+    /* before the hook: the check's own allocations are not sampled */
+    atomic_store(&ractors_ok, main_list_ours_only());
     rperf_heap_gc_seen((uint64_t)rb_gc_count());
     rb_add_event_hook2(HOOK_FUNC, RUBY_INTERNAL_EVENT_NEWOBJ, Qnil,
                        RUBY_EVENT_HOOK_FLAG_SAFE | RUBY_EVENT_HOOK_FLAG_RAW_ARG);
     installed = true;
-    atomic_store(&ractors_ok, main_list_ours_only());
 }
 
 /* GVL held, main Ractor: at stop, and in a fork child's reset */

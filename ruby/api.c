@@ -335,7 +335,8 @@ static VALUE flush_stream(VALUE io)
 static VALUE export_exit_output(VALUE arg)
 {
     exit_export_t *a = (exit_export_t *)arg;
-    return rperf_rb_export_engine_file(RARRAY_AREF(a->out, 1), RARRAY_AREF(a->out, 0), a->data);
+    return rperf_rb_export_engine_file(RARRAY_AREF(a->out, 1), RARRAY_AREF(a->out, 0), a->data,
+                                       RARRAY_AREF(a->out, 3));
 }
 
 /* The message of the pending error (rb_errinfo), read without calling a
@@ -532,17 +533,28 @@ static VALUE c_snapshot(int argc, VALUE *argv, VALUE self)
     return data;
 }
 
-/* _c_exit_output(path, exporter_name, child_run): the run just started
- * writes its output through this C exporter at exit and exec. */
-static VALUE c_exit_output(VALUE self, VALUE path, VALUE name, VALUE child)
+/* _c_exit_output(path, exporter_name, child_run, sample_type = nil): the
+ * run just started writes its output through this C exporter at exit and
+ * exec (sample_type: a Symbol Rperf.start checked, or nil). */
+static VALUE c_exit_output(int argc, VALUE *argv, VALUE self)
 {
     (void)self;
+    rb_check_arity(argc, 3, 4);
+    VALUE path = argv[0], name = argv[1], child = argv[2];
+    VALUE type = argc > 3 ? argv[3] : Qnil;
     require_main_ractor("start");
     FilePathValue(path);
     StringValue(name);
+    if (!NIL_P(type)) Check_Type(type, T_SYMBOL);
     if (!rperf_engine_running() || !rperf_exporter_find(StringValueCStr(name))) return Qnil;
-    exit_output = rb_ary_new_from_args(3, rb_str_new_frozen(path), rb_str_new_frozen(name),
-                                       RTEST(child) ? Qtrue : Qfalse);
+    VALUE opts = Qnil;
+    if (!NIL_P(type)) {
+        opts = rb_hash_new();
+        rb_hash_aset(opts, ID2SYM(rb_intern("sample_type")), type);
+        rb_obj_freeze(opts);
+    }
+    exit_output = rb_ary_new_from_args(4, rb_str_new_frozen(path), rb_str_new_frozen(name),
+                                       RTEST(child) ? Qtrue : Qfalse, opts);
     return Qnil;
 }
 
@@ -621,7 +633,7 @@ void rperf_rb_api_init(VALUE m)
     rb_define_module_function(m, "stop", rb_stop, 0);
     rb_define_module_function(m, "snapshot", c_snapshot, -1);
     rb_define_module_function(m, "running?", c_running_p, 0);
-    rb_define_module_function(m, "_c_exit_output", c_exit_output, 3);
+    rb_define_module_function(m, "_c_exit_output", c_exit_output, -1);
     rb_define_module_function(m, "_c_main_mn", c_main_mn, 0);
     rb_define_module_function(m, "_c_window_readers", c_window_readers, 1);
     rb_define_module_function(m, "_c_children_dir_made", c_children_dir_made, 0);

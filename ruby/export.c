@@ -74,7 +74,7 @@
 #include "export_internal.h"
 
 void rperf_rb_exporters_init(VALUE mRperf);
-VALUE rperf_rb_export_engine_file(VALUE name, VALUE path, VALUE data);
+VALUE rperf_rb_export_engine_file(VALUE name, VALUE path, VALUE data, VALUE opts);
 void *rperf_rb_export_detached_prepare(VALUE name, VALUE data, VALUE path);
 int rperf_rb_export_detached_finish(void *handle, char *err, size_t errlen);
 
@@ -1130,9 +1130,9 @@ rb_rperf_c_export_engine(int argc, VALUE *argv, VALUE self)
 /* The output of a run stopped at exit or exec (ruby/api.c): as
  * _c_export_engine, called from C with no method call on the way. */
 VALUE
-rperf_rb_export_engine_file(VALUE name, VALUE path, VALUE data)
+rperf_rb_export_engine_file(VALUE name, VALUE path, VALUE data, VALUE opts)
 {
-    return run_export(name, data, path, Qnil, 1);
+    return run_export(name, data, path, opts, 1);
 }
 
 /* Rperf._c_exporters -> [[name, suffix, description, gzip?], …] */

@@ -142,7 +142,7 @@ void rperf_rb_signal_check_free(int signo);
 void rperf_rb_exporters_init(VALUE mRperf);
 /* GVL held, engine stopped, results held: write `data`'s profile to path
  * with the C exporter `name`, calling no Ruby method (raises on failure) */
-VALUE rperf_rb_export_engine_file(VALUE name, VALUE path, VALUE data);
+VALUE rperf_rb_export_engine_file(VALUE name, VALUE path, VALUE data, VALUE opts);
 /* A file export in two steps (export.c): GVL held, no GVL release: the
  * conversion of `data` for exporter `name` (raises on bad data); then on
  * any thread, no GVL: the encoding and the atomic write to path, which

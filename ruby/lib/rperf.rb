@@ -66,7 +66,7 @@ module Rperf
               output: nil, aggregate: true, signal: nil, verbose: false, stat: false,
               ring_size: DEFAULT_RING_SLOTS, max_label_sets: DEFAULT_MAX_LABEL_SETS,
               allow_signal: false, inherit: DEFAULT_INHERIT, defer: false, allocations: false,
-              alloc_interval: DEFAULT_ALLOC_INTERVAL, &block)
+              alloc_interval: DEFAULT_ALLOC_INTERVAL, sample_type: nil, &block)
       main_ractor!("start")
       # A fork child's inherited run gives way to the child's own start (a
       # fork child's profiler was stopped in rperf 0.6: `fork { Rperf.start
@@ -109,12 +109,14 @@ module Rperf
               "defer: true needs mode :cpu or :wall (for allocations in profile blocks: allocations: true)"
       end
       sampled_interval = mode == :alloc || allocations ? alloc_interval : 0
+      sample_type = check_start_sample_type(sample_type, mode, sampled_interval.positive?)
       output = output.to_path if output.respond_to?(:to_path)
       exporter_name = resolve_exporter(exporter, format, output)
       __check_output(output) if respond_to?(:__check_output, true)
 
       verbose ||= ENV["RPERF_VERBOSE"] == "1"
       @run = { output: output, exporter: exporter_name, aggregate: aggregate ? true : false,
+               sample_type: sample_type,
                verbose: verbose, stat: stat, inherit: inherit,
                # what a forked child starts again with (inherit: :fork)
                start_opts: { frequency: frequency, mode: mode, backend: backend_name.to_sym, signal: signal,
@@ -131,7 +133,7 @@ module Rperf
         # a C exporter writes the output at exit and exec from C: no method
         # the application may have redefined on the way
         if output && aggregate && !(@ruby_exporters || {}).key?(exporter_name)
-          _c_exit_output(output, exporter_name.to_s, false)
+          _c_exit_output(output, exporter_name.to_s, false, sample_type)
         end
         __inherit_spawned if inherit == true
       rescue Exception # rubocop:disable Lint/RescueException
@@ -394,9 +396,28 @@ module Rperf
       end
     end
 
+    # The sample type of output: written at stop: nil (the result's
+    # default), or one the run records.
+    def check_start_sample_type(sample_type, mode, allocations)
+      return nil if sample_type.nil?
+
+      __check_sample_type(sample_type) if respond_to?(:__check_sample_type, true)
+      type = sample_type.to_sym
+      alloc = ALLOC_SAMPLE_TYPES.include?(type)
+      if alloc && !allocations
+        raise ArgumentError, "sample_type: #{type.inspect} needs mode: :alloc or allocations: true"
+      elsif !alloc && mode == :alloc
+        raise ArgumentError,
+              "sample_type: #{type.inspect} is a time profile; mode: :alloc records #{ALLOC_SAMPLE_TYPES.map(&:inspect).join(', ')}"
+      elsif !alloc && type != :time && type != mode
+        raise ArgumentError, "sample_type: #{type.inspect} does not match mode: #{mode.inspect}"
+      end
+      type
+    end
+
     def write_output(data, run)
       if respond_to?(:__export_at_stop, true)
-        __export_at_stop(data, run[:output], run[:exporter])
+        __export_at_stop(data, run[:output], run[:exporter], run[:sample_type])
       else
         warn "rperf: output #{run[:output]} not written: no exporters are built"
       end

@@ -262,8 +262,37 @@ class TestAlloc < Test::Unit::TestCase
     data[:allocations][:samples].each { |*, seq, _set| assert_equal(1, ractors.fetch(seq, 1)) }
   end
 
+  # output: at stop and at exit is written with the sample type asked for
+  # at start (pprof: its default_sample_type; collapsed: its values).
+  def test_output_with_a_sample_type_at_stop_and_at_exit
+    Dir.mktmpdir do |dir|
+      path = File.join(dir, "heap.collapsed")
+      data = Rperf.start(mode: :alloc, alloc_interval: 8, output: path, sample_type: :alloc_objects) do
+        alloc_pairs(50_000)
+      end
+      total = File.read(path).lines.sum { |l| Integer(l[/ (\d+)$/, 1]) }
+      assert_equal(data[:allocations][:samples].sum { |s| s[2] }, total, "alloc_objects at stop")
+      exit_path = File.join(dir, "exit.collapsed")
+      script = <<~RUBY
+        def child_pairs(n) = n.times { |i| [i, i] }
+        Rperf.start(mode: :alloc, alloc_interval: 8, output: #{exit_path.inspect}, sample_type: :alloc_space)
+        child_pairs(50_000)
+      RUBY
+      run = run_child(script, timeout: 120)
+      assert_child_ok(run)
+      lines = File.read(exit_path).lines
+      assert_not_empty(lines)
+      # slot bytes: 40 per two-element Array, so every value is a multiple of 8 × 40
+      lines.each { |l| assert_equal(0, Integer(l[/ (\d+)$/, 1]) % 320, l) }
+    end
+  end
+
   def test_bad_options_name_the_option_and_start_nothing
     [[{ mode: :heap }, /mode must be :cpu, :wall or :alloc/],
+     [{ mode: :cpu, sample_type: :inuse_space }, /sample_type: :inuse_space needs mode: :alloc or allocations: true/],
+     [{ mode: :alloc, sample_type: :cpu }, /sample_type: :cpu is a time profile/],
+     [{ mode: :wall, sample_type: :cpu }, /sample_type: :cpu does not match mode: :wall/],
+     [{ mode: :alloc, sample_type: :bytes }, /sample_type: must be one of/],
      [{ mode: :alloc, alloc_interval: 0 }, /alloc_interval must be an Integer between 1 and/],
      [{ allocations: "yes" }, /allocations must be true or false/],
      [{ mode: :alloc, defer: true }, /defer: true needs mode :cpu or :wall/]].each do |opts, msg|
