@@ -28,10 +28,15 @@
 #   vernier/1      allocation_interval: 1
 # stackprof and vernier are the pinned gems script/setup installs into the
 # cache (tests/ruby/servers_helper.rb); missing ones are left out.
-# Columns: wall and process CPU overhead of P over U; "above hook": wall
-# overhead above the hook's in the same round (percentage points, median);
-# ns/sample: (CPU P − CPU U) / sampled allocations (every allocation for the
-# /1 configurations, allocations / interval otherwise: GC.stat's counts).
+# Only the workload is timed: each profiler is started before and stopped
+# (its result built) after the measured span, as in an application that
+# runs profiled. Columns: wall and process CPU overhead of P over U;
+# "above hook": wall overhead above the hook's in the same round
+# (percentage points, median); GC: GC time of P ÷ U (GC.stat's time, in
+# the span); ns/sample: (CPU P − CPU U) / sampled allocations (every
+# allocation for the /1 configurations, allocations / interval
+# otherwise: GC.stat's counts), which for the sampling configurations
+# includes the hook's floor spread over their few samples.
 #
 # Part 2, the live heap: 300,000 objects kept alive and sampled at every
 # allocation (300,000 tracked) or at the default interval; then minor GCs
@@ -120,28 +125,59 @@ module AllocBench
   def cpu = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID)
   def allocated = GC.stat(:total_allocated_objects)
 
-  # -> [wall s, cpu s, allocations]
+  def gc_ms = GC.stat(:time)
+
+  # -> [wall s, cpu s, allocations, GC ms]
   def measure
     a0 = allocated
+    g0 = gc_ms
     w0 = now
     c0 = cpu
     yield
-    [now - w0, cpu - c0, allocated - a0]
+    [now - w0, cpu - c0, allocated - a0, gc_ms - g0]
   end
 
+  # name -> [run(&work) -> measure of the work alone, interval]
   def configs(peers)
     iv = Rperf::DEFAULT_ALLOC_INTERVAL
     c = {}
-    c["hook"] = [->(&b) { FloorTick.newobj(&b) }, 0] if FloorTick.available?
-    c["rperf"] = [->(&b) { Rperf.start(mode: :alloc, &b) }, iv]
-    c["rperf/1"] = [->(&b) { Rperf.start(mode: :alloc, alloc_interval: 1, &b) }, 1]
+    if FloorTick.available?
+      c["hook"] = [->(&b) { FloorTick.newobj { measure(&b) } }, 0]
+    end
+    rperf = lambda do |interval|
+      lambda do |&b|
+        Rperf.start(mode: :alloc, alloc_interval: interval)
+        m = measure(&b)
+        Rperf.stop
+        m
+      end
+    end
+    c["rperf"] = [rperf.call(iv), iv]
+    c["rperf/1"] = [rperf.call(1), 1]
     if peers["stackprof"]
-      c["stackprof"] = [->(&b) { StackProf.run(mode: :object, interval: iv, &b) }, iv]
-      c["stackprof/1"] = [->(&b) { StackProf.run(mode: :object, interval: 1, &b) }, 1]
+      stackprof = lambda do |interval|
+        lambda do |&b|
+          StackProf.start(mode: :object, interval: interval)
+          m = measure(&b)
+          StackProf.stop
+          StackProf.results
+          m
+        end
+      end
+      c["stackprof"] = [stackprof.call(iv), iv]
+      c["stackprof/1"] = [stackprof.call(1), 1]
     end
     if peers["vernier"]
-      c["vernier"] = [->(&b) { Vernier.profile(interval: 100_000, allocation_interval: iv, &b) }, iv]
-      c["vernier/1"] = [->(&b) { Vernier.profile(interval: 100_000, allocation_interval: 1, &b) }, 1]
+      vernier = lambda do |interval|
+        lambda do |&b|
+          Vernier.start_profile(interval: 100_000, allocation_interval: interval)
+          m = measure(&b)
+          Vernier.stop_profile
+          m
+        end
+      end
+      c["vernier"] = [vernier.call(iv), iv]
+      c["vernier/1"] = [vernier.call(1), 1]
     end
     c
   end
@@ -154,20 +190,21 @@ module AllocBench
   def part1(cfgs)
     puts "## Overhead (median of #{OPTS[:rounds]} rounds; each P against the U just before it)"
     puts
-    puts "| workload | config | wall | CPU | above hook | ns/sample |"
-    puts "|---|---|---|---|---|---|"
+    puts "| workload | config | wall | CPU | above hook | GC | ns/sample |"
+    puts "|---|---|---|---|---|---|---|"
     OPTS[:workloads].each do |wname|
       work = WORKLOADS.fetch(wname)
-      rows = Hash.new { |h, k| h[k] = { wall: [], cpu: [], ns: [] } }
+      rows = Hash.new { |h, k| h[k] = { wall: [], cpu: [], ns: [], gc: [] } }
       hook_wall = []
       (OPTS[:rounds] + 1).times do |round|
         cfgs.each do |name, (run, iv)|
           u = measure { work.call }
-          p = measure { run.call { work.call } }
+          p = run.call { work.call }
           next if round.zero?
 
           rows[name][:wall] << p[0] / u[0] - 1
           rows[name][:cpu] << p[1] / u[1] - 1
+          rows[name][:gc] << p[3].fdiv(u[3]) if u[3].positive?
           samples = iv.zero? ? 0 : p[2].fdiv(iv)
           rows[name][:ns] << (p[1] - u[1]) * 1e9 / samples if samples.positive?
           hook_wall << p[0] / u[0] - 1 if name == "hook"
@@ -178,8 +215,9 @@ module AllocBench
         r = rows[name]
         above = name == "hook" || !cfgs.key?("hook") ? "–" : format("%+.1f pp", 100 * median(r[:above]))
         ns = r[:ns].empty? ? "–" : format("%.0f", median(r[:ns]))
-        printf("| %s | %s | %+.1f %% | %+.1f %% | %s | %s |\n", wname, name, 100 * median(r[:wall]),
-               100 * median(r[:cpu]), above, ns)
+        gc = r[:gc].empty? ? "–" : format("%.2fx", median(r[:gc]))
+        printf("| %s | %s | %+.1f %% | %+.1f %% | %s | %s | %s |\n", wname, name, 100 * median(r[:wall]),
+               100 * median(r[:cpu]), above, gc, ns)
       end
     end
     puts

@@ -25,6 +25,9 @@ require "net/http"
 require "socket"
 require "stringio"
 
+# 30,000 Strings kept (the heap routes' test)
+def heap_route_strings(keep) = 300.times { keep << Array.new(100) { |i| i.to_s } }
+
 class TestPprofHttp < Test::Unit::TestCase
   include RperfTestHelper
 
@@ -215,6 +218,39 @@ class TestPprofHttp < Test::Unit::TestCase
     # self-contained: nothing fetched from anywhere (no CDN, no external file)
     assert_no_match(%r{<(?:script|link|img|iframe)[^>]*\s(?:src|href)\s*=}i, html)
     assert_no_match(%r{(?:https?:)?//[a-z0-9.-]+\.[a-z]{2,}/}i, html)
+  end
+
+  # A run that samples allocations: /heap and /allocs give its heap profile
+  # now (Go's four sample types; default inuse_space and alloc_space), as
+  # a snapshot that clears nothing; `seconds` is refused with one line.
+  def test_heap_and_allocs_of_a_run_that_samples_allocations
+    keep = []
+    Rperf.start(mode: :alloc, alloc_interval: 16)
+    heap_route_strings(keep)
+    server = serve
+    { "/debug/pprof/heap" => "inuse_space", "/debug/pprof/allocs" => "alloc_space" }.each do |path, type|
+      res = get(server, path)
+      assert_equal("200", res.code, res.body[0, 200])
+      assert_equal("application/octet-stream", res["content-type"])
+      prof = pprof(res.body, path)
+      assert_equal(type, prof.type, path)
+      assert_true(prof.alloc?)
+      strings = prof.data[:allocations][:samples].select do |frames, cls, *|
+        cls == "String" && frames.any? { |f| f[1] == "Object#heap_route_strings" }
+      end
+      # 30,000 Strings (Integer#to_s) sampled one in 16: an estimate within 10 %
+      assert_in_delta(30_000, strings.sum { |s| s[2] }, 3_000, path)
+    end
+    res = get(server, "/debug/pprof/heap?seconds=5")
+    assert_equal(["400", true], [res.code, one_line?(res.body)], res.body)
+    data = Rperf.snapshot(clear: true)
+    assert_operator(data[:allocations][:sampled], :>, 1_000, "the scrapes cleared nothing")
+    Rperf.stop
+    Rperf.start(mode: :cpu)
+    res = get(server, "/debug/pprof/heap")
+    assert_equal(["404", true], [res.code, one_line?(res.body)], res.body)
+    assert_match(/does not sample allocations/, res.body)
+    assert_equal(keep.size, 300)
   end
 
   # start: a request while profiling is off runs its own window on a run

@@ -7,7 +7,10 @@
 #   GET /debug/pprof/                     an HTML index
 #   GET /debug/pprof/profile?seconds=N    gzipped pprof of the next N seconds
 #   GET /debug/pprof/flamegraph?seconds=N the HTML flame graph of those seconds
-#   GET /debug/pprof/heap, /allocs        404: there is no memory profile
+#   GET /debug/pprof/heap                 gzipped heap profile of the run now
+#                                         (default sample type inuse_space)
+#   GET /debug/pprof/allocs               the same, default alloc_space
+#                                         (404 unless the run samples allocations)
 #
 # Each profile request opens its own Rperf::Window, so any number of
 # scrapes may overlap and none of them clears what Rperf.snapshot(clear:
@@ -105,8 +108,8 @@ module Rperf
       when "", "/" then index(base)
       when "/profile" then profile(env, :pprof)
       when "/flamegraph" then profile(env, :html)
-      when "/heap", "/allocs"
-        text(404, "rperf: no memory profile: rperf samples CPU or wall time only (use #{base}/profile)")
+      when "/heap" then memory(env, base, :inuse_space)
+      when "/allocs" then memory(env, base, :alloc_space)
       else text(404, "rperf: not found: #{one_line(path, 80)}")
       end
     end
@@ -240,6 +243,34 @@ module Rperf
       s.b.tr("+", " ").gsub(/%(\h\h)/n) { Regexp.last_match(1).hex.chr }
     end
 
+    # ---- /heap and /allocs ---------------------------------------------------
+
+    # The run's memory profile now, as Go's handlers give it without
+    # `seconds`: allocations since the run's start (or its last clearing
+    # snapshot), objects in use now; a snapshot that clears nothing. The
+    # two routes differ only in the default sample type.
+    def memory(env, base, type)
+      query = env["QUERY_STRING"].to_s
+      return bad("query string longer than #{MAX_QUERY_BYTES} bytes") if query.bytesize > MAX_QUERY_BYTES
+      if query.split("&").any? { |pair| unescape(pair.split("=", 2).first.to_s) == "seconds" }
+        return bad("seconds is not taken on heap and allocs: they hold the run so far (delta profiles: #{base}/profile)")
+      end
+
+      data = Rperf.running? ? Rperf.snapshot : nil
+      unless data && data[:allocations]
+        return text(404, "rperf: no memory profile: the run does not sample allocations " \
+                         "(Rperf.start(mode: :alloc) or allocations: true)")
+      end
+
+      body = Rperf.gzip(Rperf::PProf.encode(data, sample_type: type))
+      [200, { "content-type" => "application/octet-stream",
+              "content-disposition" => %(attachment; filename="#{type == :inuse_space ? 'heap' : 'allocs'}"),
+              "x-content-type-options" => "nosniff", "cache-control" => "no-store",
+              "content-length" => body.bytesize.to_s }, [body]]
+    rescue RuntimeError => e # aggregate: false, or the run stopped meanwhile
+      text(404, "rperf: no memory profile: #{one_line(e.message, 200)}")
+    end
+
     # ---- index -------------------------------------------------------------
 
     def index(base)
@@ -256,7 +287,9 @@ module Rperf
         <li><a href="#{b}/profile?seconds=30">profile?seconds=30</a>: pprof (gzipped) of the next
         30 seconds, cpu or wall as the run samples (seconds 1..#{@max_seconds}, default 30)</li>
         <li><a href="#{b}/flamegraph?seconds=30">flamegraph?seconds=30</a>: the same window as an HTML flame graph</li>
-        <li>heap, allocs: not available (no memory profile)</li>
+        <li><a href="#{b}/heap">heap</a>, <a href="#{b}/allocs">allocs</a>: pprof (gzipped) of the
+        run's allocations so far and the objects in use now, when it samples allocations
+        (Rperf.start(mode: :alloc) or allocations: true)</li>
         </ul>
         <p><code>go tool pprof http://HOST:PORT#{b}/profile?seconds=30</code></p>
         </body></html>
