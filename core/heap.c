@@ -28,14 +28,18 @@
  *
  * Contexts:
  *  - allocation hook (own: the allocating Ruby thread, holding its GVL;
- *    the host serializes every call): rperf_alloc_seen, rperf_alloc_record.
- *    No Ruby API (the host's capture only), may malloc.
+ *    Ruby serializes the calls: one Ractor's by its GVL, several Ractors'
+ *    by its VM lock; other Ractors' hooks also hold `mu`, below):
+ *    rperf_alloc_seen, rperf_alloc_record. No Ruby API (the host's capture
+ *    only), may malloc.
  *  - worker, or a GVL thread while the worker is parked: rperf__heap_add.
- *  - GVL held, no allocation hook running, worker parked or joined:
- *    rperf_heap_settle, rperf_heap_stats, rperf_result_each_alloc,
- *    rperf__heap_clear_*, rperf__heap_init/destroy.
- *  - inside GC (world stopped, no allocation): rperf_heap_gc_marked at
- *    the end of marking, rperf_heap_relocate in compaction.
+ *  - the main Ractor's GVL held (so no hook of that Ractor runs), holding
+ *    `mu` (so none of another), worker parked or joined: rperf_heap_settle,
+ *    rperf__heap_clear_*, rperf__heap_init/destroy; rperf_heap_stats and
+ *    rperf_result_each_alloc read what only those and the worker write.
+ *  - inside GC (world stopped: no hook runs; no allocation):
+ *    rperf_heap_gc_marked at the end of marking, rperf_heap_relocate in
+ *    compaction.
  */
 #include "core_internal.h"
 
