@@ -19,7 +19,7 @@
  * cost, run on a writer thread of their own without the GVL. A window
  * that is due while a start, stop or snapshot is in progress, or while the
  * previous window is still being written, is taken at the next wake-up.
- * A window with no sample writes nothing. The run's stop (and exit) waits
+ * A window with no sample (time or allocation) writes nothing. The run's stop (and exit) waits
  * for the writer, so the last window is on disk before the final part. A
  * failure to write is reported once on stderr; that window's samples are
  * lost, the run goes on.
@@ -71,10 +71,15 @@ void rperf_rb_child_windows_poll(void)
     rb_postponed_job_trigger(job_handle);
 }
 
+/* time samples, or allocation entries (an allocation run's heap profile) */
 static bool has_samples(VALUE data)
 {
     if (!RB_TYPE_P(data, T_HASH)) return false;
     VALUE s = rb_hash_lookup2(data, ID2SYM(rb_intern("aggregated_samples")), Qnil);
+    if (RB_TYPE_P(s, T_ARRAY) && RARRAY_LEN(s) > 0) return true;
+    VALUE a = rb_hash_lookup2(data, ID2SYM(rb_intern("allocations")), Qnil);
+    if (!RB_TYPE_P(a, T_HASH)) return false;
+    s = rb_hash_lookup2(a, ID2SYM(rb_intern("samples")), Qnil);
     return RB_TYPE_P(s, T_ARRAY) && RARRAY_LEN(s) > 0;
 }
 

@@ -180,6 +180,47 @@ class TestAlloc < Test::Unit::TestCase
     assert_in_delta(10_000, by_method(data)[["Object#alloc_pairs", "Array"]][0], 2_000)
   end
 
+  # inherit: :fork (the default): a forked child samples its allocations
+  # with the same settings, and its heap profile joins the root's at the
+  # root's stop (pid label); its windows (RPERF_WINDOW_SECONDS) add their
+  # allocations, and only its newest part counts for the objects in use.
+  def test_forked_children_join_the_root_heap_profile
+    script = <<~'RUBY'
+      def child_keep(keep, n) = n.times { |i| keep << [i] }
+      def child_churn(n) = n.times { |i| [i] }
+      Rperf.start(mode: :alloc, alloc_interval: 16)
+      pid = fork do
+        keep = []
+        child_keep(keep, 100_000)
+        sleep 1.5                    # a window is written meanwhile
+        child_churn(100_000)
+        GC.start
+      end
+      Process.wait(pid)
+      data = Rperf.stop
+      sets = data[:label_sets]
+      sum = Hash.new(0)
+      data[:allocations][:samples].each do |frames, cls, ao, ab, io, ib, seq, set|
+        m = frames.map { |f| f[1] }.find { |l| l.start_with?("Object#child_") }
+        next unless m
+        k = "#{m} #{cls} #{sets[set][:pid] == pid}"
+        sum["#{k} ao"] += ao
+        sum["#{k} io"] += io
+      end
+      child_report("sum" => sum, "processes" => data[:process_count])
+    RUBY
+    run = run_child(script, env: { "RPERF_WINDOW_SECONDS" => "1" }, timeout: 120)
+    assert_child_ok(run)
+    r = run.report
+    assert_not_nil(r, run.describe)
+    sum = r["sum"]
+    assert_equal(2, r["processes"], run.describe)
+    assert_in_delta(100_000, sum["Object#child_keep Array true ao"], 10_000, sum.inspect)
+    assert_in_delta(100_000, sum["Object#child_keep Array true io"], 10_000, "in use once, not per window: #{sum.inspect}")
+    assert_in_delta(100_000, sum["Object#child_churn Array true ao"], 10_000, sum.inspect)
+    assert_operator(sum["Object#child_churn Array true io"], :<=, 2_000, sum.inspect)
+  end
+
   def test_stop_while_other_threads_allocate
     go = true
     threads = 4.times.map { Thread.new { alloc_churn(1_000) while go } }

@@ -308,6 +308,18 @@ class TestReport < Test::Unit::TestCase
     assert_match(/cannot merge/, e.message)
   end
 
+  # Two parts of one process (a window, then its end): the allocations of
+  # both add up, the objects in use are the newest part's (each part holds
+  # the process's whole live heap at its end).
+  def test_merge_heap_parts_of_one_process_keep_the_newest_in_use
+    a = R.load(save("w1.pb.gz", H.alloc_profile))
+    b = R.load(save("end.pb.gz", H.alloc_profile))
+    entries = R.merge([[100, a], [100, b]]).data[:allocations][:samples]
+    one = H.alloc_totals(H.alloc_profile).values
+    sums = (0..3).map { |i| entries.sum { |e| e[2 + i] } }
+    assert_equal([one[0] * 2, one[1] * 2, one[2], one[3]], sums)
+  end
+
   # speedscope JSON holds one type: read back as a heap profile of it.
   def test_alloc_json_reads_back
     data = H.alloc_profile

@@ -89,12 +89,17 @@ module Rperf
       sets = {}
       list.each_with_index { |h, i| sets[h] ||= i }
       samples = data[:aggregated_samples].dup
+      # a heap profile's entries: allocations add up, the objects in use
+      # are each process's newest part's (a window holds its live heap)
+      allocs = data[:allocations] && data[:allocations][:samples].dup
+      newest = {}
+      parts.each_with_index { |(pid, _), i| newest[pid] = i }
       threads = (data[:threads] || []).dup
       # A process's parts (its windows and its last part) share its thread
       # numbers: one offset per pid, its threads listed once.
       offsets = __pid_offsets(parts, threads.map { |t| t[:thread_seq] }.max || 0)
       seen = {}
-      parts.each do |pid, prof|
+      parts.each_with_index do |(pid, prof), index|
         d = prof.data
         offset = offsets[pid]
         ids = (d[:label_sets].empty? ? [{}] : d[:label_sets]).map do |h|
@@ -105,6 +110,16 @@ module Rperf
           seq ||= 0
           samples << [frames.map { |f| [f[0], f[1]] }, w, seq.positive? ? seq + offset : 0, ids[set || 0]]
         end
+        if allocs && d[:allocations]
+          current = newest[pid] == index
+          d[:allocations][:samples].each do |frames, cls, ao, ab, io, ib, seq, set|
+            next unless current || ao.positive?
+
+            seq ||= 0
+            allocs << [frames.map { |f| [f[0], f[1]] }, cls, ao, ab, *(current ? [io, ib] : [0, 0]),
+                       seq.positive? ? seq + offset : 0, ids[set || 0]]
+          end
+        end
         d[:threads].each do |t|
           seq = t[:thread_seq] + offset
           if seen.key?(seq) then threads[seen[seq]] = t.merge(thread_seq: seq)
@@ -114,8 +129,10 @@ module Rperf
           end
         end
       end
-      data.merge(process_count: 1 + offsets.size, aggregated_samples: samples, label_sets: list,
-                 threads: threads)
+      merged = data.merge(process_count: 1 + offsets.size, aggregated_samples: samples, label_sets: list,
+                          threads: threads)
+      merged[:allocations] = data[:allocations].merge(samples: allocs) if allocs
+      merged
     ensure
       __remove_inherit_dir(dir) if remove
     end
@@ -137,6 +154,7 @@ module Rperf
       parts.each do |pid, prof|
         d = prof.data
         seqs = d[:aggregated_samples].map { |s| s[2] || 0 } + d[:threads].map { |t| t[:thread_seq] }
+        seqs += d[:allocations][:samples].map { |s| s[6] || 0 } if d[:allocations]
         top[pid] = [top[pid], seqs.max || 0].max
       end
       top.each_with_object({}) do |(pid, n), h|

@@ -308,7 +308,10 @@ module Rperf
     # of their own, numbered after the previous process's, so that their
     # thread tables stay apart. The start is the earliest start, the
     # duration spans to the latest end. All profiles must count the same
-    # sample type. Heap profiles merge their :allocations (all four values).
+    # sample type. Heap profiles merge their :allocations (all four values):
+    # the allocations of every part add up, the objects in use are the
+    # newest part's of each process (its windows, oldest first, each hold
+    # the process's whole live heap at their end).
     def merge(parts, file: nil)
       raise Error, "no profiles to merge" if parts.empty?
 
@@ -320,7 +323,9 @@ module Rperf
       offset = 0
       starts = []
       ends = []
-      parts.each do |pid, prof|
+      newest = {}
+      parts.each_with_index { |(pid, _), i| newest[pid] = i }
+      parts.each_with_index do |(pid, prof), index|
         if prof.type != first.type || prof.unit != first.unit || prof.alloc? != first.alloc?
           raise Error, "cannot merge #{prof.file} (#{prof.type}, #{prof.unit}) with " \
                        "#{first.file} (#{first.type}, #{first.unit})"
@@ -337,7 +342,14 @@ module Rperf
           [seq.positive? ? seq + offset : 0, set_ids[set || 0] + 1]
         end
         d[:aggregated_samples].each { |frames, w, seq, set| samples << [frames, w, *place.(seq, set)] }
-        d[:allocations][:samples].each { |e| allocations << [*e[0, 6], *place.(e[6], e[7])] } if allocations
+        if allocations
+          current = newest[pid] == index
+          d[:allocations][:samples].each do |e|
+            next unless current || e[2].positive?
+
+            allocations << [*e[0, 4], *(current ? e[4, 2] : [0, 0]), *place.(e[6], e[7])]
+          end
+        end
         d[:threads].each do |t|
           top = t[:thread_seq] if t[:thread_seq] > top
           threads << t.merge(thread_seq: t[:thread_seq] + offset)
