@@ -134,6 +134,25 @@ class TestCLI < Test::Unit::TestCase
     assert_usage_error(%w[record -m alloc --sample-index heap], /--sample-index must be .* with -m alloc, got "heap"$/)
   end
 
+  # End to end: a real Ruby program and a forked child of it, recorded with
+  # -m alloc; the report counts each method's allocations per sample index.
+  def test_record_alloc_end_to_end
+    prog = "def cli_keep(k, n) = n.times { |i| k << [i] }\n" \
+           "k = []; cli_keep(k, 200_000)\n" \
+           "Process.wait(fork { j = []; cli_keep(j, 100_000) })\n"
+    _, err, st = rperf("record", "-m", "alloc", "--alloc-interval", "64", "-o", "heap.pb.gz", "ruby", "-e", prog)
+    assert_equal(0, st.exitstatus, err)
+    { "alloc_objects" => 300_000, "inuse_objects" => 300_000 }.each do |index, want|
+      out, err, st = rperf("report", "--top", "--sample-index", index, "heap.pb.gz")
+      assert_equal(0, st.exitstatus, err)
+      assert_match(/^Type: #{index} \(count\)$/, out)
+      line = out.lines.find { |l| l.include?("Object#cli_keep") }
+      assert_not_nil(line, out)
+      # flat column: 300,000 Arrays from two processes, estimated one in 64
+      assert_in_delta(want, Integer(line.split.first), want * 0.08, line)
+    end
+  end
+
   def test_record_sample_index_time
     out, err, st = rperf("record", "-p", "--sample-index", "time", *WORK)
     assert_equal(0, st.exitstatus, err)
