@@ -37,7 +37,7 @@ static uint64_t mix(uint64_t h, uint64_t v)
     return h * 0xff51afd7ed558ccdULL;
 }
 
-static int grow(void **p, size_t *cap, size_t elem, size_t need)
+int rperf__grow(void **p, size_t *cap, size_t elem, size_t need)
 {
     if (need <= *cap) return 0;
     size_t ncap = *cap ? *cap : 1024;
@@ -73,26 +73,34 @@ int rperf__agg_init(bool aggregate)
 void rperf__agg_destroy(void) { free_all(); }
 void rperf__agg_clear(void) { free_all(); }
 
-static int rehash(size_t ncap)
+int rperf__hash_index_build(uint32_t **index, size_t *cap, size_t ncap, const void *entries,
+                            size_t n, size_t stride)
 {
     uint32_t *idx = rperf__calloc(ncap, sizeof(uint32_t));
     if (!idx) return -1;
-    for (size_t i = 0; i < G.n; i++) {
-        size_t j = G.entries[i].hash & (ncap - 1);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t h;
+        memcpy(&h, (const char *)entries + i * stride, sizeof(h));
+        size_t j = h & (ncap - 1);
         while (idx[j]) j = (j + 1) & (ncap - 1);
         idx[j] = (uint32_t)i + 1;
     }
-    if (G.index) rperf__free(G.index, G.index_cap * sizeof(uint32_t));
-    G.index = idx;
-    G.index_cap = ncap;
+    if (*index) rperf__free(*index, *cap * sizeof(uint32_t));
+    *index = idx;
+    *cap = ncap;
     return 0;
+}
+
+static int rehash(size_t ncap)
+{
+    return rperf__hash_index_build(&G.index, &G.index_cap, ncap, G.entries, G.n, sizeof(agg_entry_t));
 }
 
 static int append(const uint32_t *ids, uint32_t depth, int64_t weight, uint32_t ts,
                   uint32_t ls, int64_t mono_ns, uint64_t h)
 {
-    if (grow((void **)&G.pool, &G.pool_cap, sizeof(uint32_t), G.pool_len + depth) < 0 ||
-        grow((void **)&G.entries, &G.cap, sizeof(agg_entry_t), G.n + 1) < 0)
+    if (rperf__grow((void **)&G.pool, &G.pool_cap, sizeof(uint32_t), G.pool_len + depth) < 0 ||
+        rperf__grow((void **)&G.entries, &G.cap, sizeof(agg_entry_t), G.n + 1) < 0)
         return -1;
     agg_entry_t *e = &G.entries[G.n];
     e->hash = h;

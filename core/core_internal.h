@@ -290,6 +290,14 @@ void rperf__epoch_reset(void);
 
 /* ---- aggregation (aggregate.c; worker, or GVL thread when paused) ------- */
 
+/* Grow *p (*cap elements of elem bytes) to hold need elements, doubling
+ * from 1024; 0, or -1 out of memory (nothing changed). */
+int rperf__grow(void **p, size_t *cap, size_t elem, size_t need);
+/* (Re)build an open-addressing index (entry + 1 per slot, 0 empty) of
+ * ncap slots, a power of two, over n entries of `stride` bytes whose first
+ * field is their uint64_t hash; 0, or -1 out of memory (nothing changed). */
+int rperf__hash_index_build(uint32_t **index, size_t *cap, size_t ncap, const void *entries,
+                            size_t n, size_t stride);
 int rperf__agg_init(bool aggregate);
 void rperf__agg_destroy(void);
 void rperf__agg_clear(void);

@@ -276,8 +276,6 @@ static bool slot_alloc(uint32_t *out)
     return true;
 }
 
-static int grow(void **p, size_t *cap, size_t elem, size_t need);
-
 /* ---- the allocation hook ----------------------------------------------------- */
 
 bool rperf_alloc_seen(uintptr_t obj)
@@ -309,7 +307,7 @@ void rperf_alloc_record(uintptr_t obj, uintptr_t klass, uint32_t rtype, uint32_t
     /* every young object must be on the young list: a minor GC may free
      * it and give its page back, and only the list's check retires it */
     if (H.nyoung == H.young_cap &&
-        grow((void **)&H.young, &H.young_cap, sizeof(uint32_t), H.nyoung + 1) < 0)
+        rperf__grow((void **)&H.young, &H.young_cap, sizeof(uint32_t), H.nyoung + 1) < 0)
         goto drop;
     uint32_t si;
     if (!slot_alloc(&si)) goto drop;
@@ -345,22 +343,6 @@ drop:
 
 /* ---- the allocation table (worker) -------------------------------------------- */
 
-static int grow(void **p, size_t *cap, size_t elem, size_t need)
-{
-    if (need <= *cap) return 0;
-    size_t ncap = *cap ? *cap : 256;
-    while (ncap < need) ncap *= 2;
-    void *n = rperf__alloc(ncap * elem);
-    if (!n) return -1;
-    if (*p) {
-        memcpy(n, *p, *cap * elem);
-        rperf__free(*p, *cap * elem);
-    }
-    *p = n;
-    *cap = ncap;
-    return 0;
-}
-
 static uint64_t key_hash(const uint32_t *ids, uint32_t depth, uint32_t seq, uint32_t label,
                          uint32_t class_id, uint32_t rtype)
 {
@@ -376,17 +358,7 @@ static uint64_t key_hash(const uint32_t *ids, uint32_t depth, uint32_t seq, uint
 
 static int eindex_rebuild(size_t ncap)
 {
-    uint32_t *idx = rperf__calloc(ncap, sizeof(uint32_t));
-    if (!idx) return -1;
-    for (size_t i = 0; i < H.n; i++) {
-        size_t j = H.entries[i].hash & (ncap - 1);
-        while (idx[j]) j = (j + 1) & (ncap - 1);
-        idx[j] = (uint32_t)i + 1;
-    }
-    if (H.eindex) rperf__free(H.eindex, H.eindex_cap * sizeof(uint32_t));
-    H.eindex = idx;
-    H.eindex_cap = ncap;
-    return 0;
+    return rperf__hash_index_build(&H.eindex, &H.eindex_cap, ncap, H.entries, H.n, sizeof(heap_entry_t));
 }
 
 /* the entry of this key, added when new; -1 out of memory */
@@ -405,8 +377,8 @@ static long entry_of(const uint32_t *ids, uint32_t depth, uint32_t seq, uint32_t
             (depth == 0 || memcmp(H.pool + e->off, ids, depth * sizeof(uint32_t)) == 0))
             return (long)(H.eindex[j] - 1);
     }
-    if (grow((void **)&H.entries, &H.cap, sizeof(heap_entry_t), H.n + 1) < 0 ||
-        grow((void **)&H.pool, &H.pool_cap, sizeof(uint32_t), H.pool_len + depth) < 0)
+    if (rperf__grow((void **)&H.entries, &H.cap, sizeof(heap_entry_t), H.n + 1) < 0 ||
+        rperf__grow((void **)&H.pool, &H.pool_cap, sizeof(uint32_t), H.pool_len + depth) < 0)
         return -1;
     heap_entry_t *e = &H.entries[H.n];
     memset(e, 0, sizeof(*e));
@@ -515,7 +487,7 @@ void rperf_heap_settle(bool (*alive)(uintptr_t obj, uintptr_t klass, uint32_t rt
             /* young or not, a minor marking checks it from now on (its
              * old flag was not kept up meanwhile) */
             if (!s->old && (H.nyoung < H.young_cap ||
-                            grow((void **)&H.young, &H.young_cap, sizeof(uint32_t), H.nyoung + 1) == 0))
+                            rperf__grow((void **)&H.young, &H.young_cap, sizeof(uint32_t), H.nyoung + 1) == 0))
                 H.young[H.nyoung++] = i;
             else if (!s->old) {
                 slot_retire(i, false);
