@@ -33,11 +33,15 @@
  * start and never removed (it does nothing while stopped). In Ruby 3.3 any
  * change to a Ractor's hook list sets the VM-global event flags to *that*
  * Ractor's list (vm_trace.c update_global_event_hook), which silently turns
- * off TracePoints of every other Ractor; so the profiler changes a hook list
- * exactly once per process, in the main Ractor, and never from a sampling
- * job. GC steps run by threads of other Ractors fire only their own
- * Ractor's hooks and are therefore not seen (docs/architecture.md, "GC in
- * Ractors").
+ * off TracePoints of every other Ractor; so the profiler changes the main
+ * Ractor's list only at the first start, at the start and stop of an
+ * allocation run (its NEWOBJ hook, ruby/alloc.c), and when the flags were
+ * cleared by a collected Ractor (rperf_rb_hooks_heal, from a main-Ractor
+ * job: the one list change a job makes, and only when GCs go by that its
+ * hooks do not see). GC steps run by threads of other Ractors fire
+ * only their own Ractor's hooks and are therefore not seen, except the
+ * ends of marking in Ractors that carry rperf's allocation hook
+ * (docs/architecture.md, "GC in Ractors", "Allocations").
  */
 #include "rperf_ruby.h"
 
