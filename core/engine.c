@@ -148,7 +148,11 @@ void rperf_engine_want_job(void)
 void rperf_engine_job_ran_here(void)
 {
     rperf_nt_t *nt = rperf__nt();
-    if (!atomic_exchange_explicit(&nt->want_job, 0, memory_order_relaxed)) return;
+    /* a load first: every job of another Ractor comes here, almost always
+     * with nothing wanted (no locked instruction then) */
+    if (!atomic_load_explicit(&nt->want_job, memory_order_relaxed) ||
+        !atomic_exchange_explicit(&nt->want_job, 0, memory_order_relaxed))
+        return;
     int32_t tid = rperf_native_tid();
     for (int i = 0; i < WANTED_SLOTS; i++) {
         int32_t t = tid;
