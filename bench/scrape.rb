@@ -22,12 +22,16 @@
 # programs take CPU from the machine), their ratios scraped/on (what the
 # scrapes cost) and on/off (what profiling costs); the share of the
 # sampled time spent by the listener itself (samples labelled
-# rperf=serve); the scrapes' sizes and how late they answered.
+# rperf=serve); the scrapes' sizes and how late they answered; and what
+# one scrape's own work costs (CPU time of the thread doing it: opening
+# its window, closing it after 2 s of the workload, encoding and gzipping
+# the pprof) against one Rperf.snapshot of the same run, taken right before.
 #
 # Run: script/ruby bench/scrape.rb [--seconds=10] [--rounds=3] [--threads=2] [--stacks=1000]
 
 require "rperf"
 require "rperf/serve"
+require "rperf/window"
 require "rbconfig"
 require "json"
 require "etc"
@@ -146,6 +150,7 @@ module ScrapeBench
     results = { off: [], on: [], scraped: [] }
     shares = []
     stacks = []
+    costs = []
     phase(1.0, OPTS[:threads]) # warm-up
     OPTS[:rounds].times do |r|
       results[:off] << phase(OPTS[:seconds], OPTS[:threads])
@@ -155,6 +160,7 @@ module ScrapeBench
       results[:scraped] << phase(OPTS[:seconds], OPTS[:threads])
       scraper.puts("off")
       sleep 3 # the scrape in progress ends (its 2 s) before the run stops
+      costs << scrape_cost
       data = Rperf.stop
       shares << serve_share(data)
       stacks << data[:unique_stacks]
@@ -165,10 +171,27 @@ module ScrapeBench
     log = JSON.parse(scraper.read, symbolize_names: true)
     scraper.close
     server.stop
-    report(results, shares, stacks, log)
+    report(results, shares, stacks, log, costs)
   end
 
-  def report(results, shares, stacks, log)
+  def thread_cpu = Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID)
+
+  # [CPU s of one Rperf.snapshot, CPU s of one scrape's work] on this
+  # thread, with the run going.
+  def scrape_cost
+    t = thread_cpu
+    Rperf.snapshot
+    snap = thread_cpu - t
+    t = thread_cpu
+    w = Rperf::Window.open
+    opened = thread_cpu - t
+    phase(2.0, OPTS[:threads])
+    t = thread_cpu
+    Rperf.gzip(Rperf._encode("pprof", w.close, nil))
+    [snap, opened + thread_cpu - t]
+  end
+
+  def report(results, shares, stacks, log, costs)
     wall = results.transform_values { |v| median(v.map(&:first)) }
     cpu = results.transform_values { |v| median(v.map(&:last)) }
     puts format("rperf %s, %s, %d CPUs", Rperf::VERSION, RUBY_DESCRIPTION, Etc.nprocessors)
@@ -186,6 +209,10 @@ module ScrapeBench
     puts format("scrapes: %d (%s), %.0f KiB each on average, answered %.0f ms (median) / %.0f ms (max) after their 2 s",
                 log.size, codes.map { |c, n| "#{n}x #{c}" }.join(", "),
                 log.sum { |l| l[:bytes] } / 1024.0 / [log.size, 1].max, median(late.empty? ? [0] : late), late.max || 0)
+    snap = median(costs.map(&:first)) * 1000
+    scrape = median(costs.map(&:last)) * 1000
+    puts format("one scrape's work (window of 2 s, pprof, gzip): %.1f ms CPU; one snapshot: %.1f ms CPU; ratio %.2f",
+                scrape, snap, scrape / snap)
   end
 end
 

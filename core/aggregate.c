@@ -175,6 +175,35 @@ int rperf__agg_each(rperf_sample_cb cb, void *ctx)
     return G.aggregate ? each(cb, ctx, 0) : 0;
 }
 
+/* The weight of each aggregated entry, in entry order (entries only ever
+ * grow between clears, so an index names the same entry until the next
+ * clear); returns how many entries there are. */
+size_t rperf__agg_weights(int64_t *out, size_t cap)
+{
+    if (!G.aggregate) return 0;
+    for (size_t i = 0; i < G.n && i < cap; i++) out[i] = G.entries[i].weight;
+    return G.n;
+}
+
+/* The entries whose weight grew past base (base[i] for i < nbase, 0
+ * after), each with the growth as its weight. */
+int rperf__agg_each_since(const int64_t *base, size_t nbase, rperf_sample_cb cb, void *ctx)
+{
+    if (!G.aggregate) return 0;
+    for (size_t i = 0; i < G.n; i++) {
+        agg_entry_t *e = &G.entries[i];
+        int64_t w = e->weight - (i < nbase ? base[i] : 0);
+        if (w <= 0) continue;
+        rperf_result_sample_t s = {
+            .frames = G.pool + e->off, .depth = e->depth, .weight = w,
+            .thread_seq = e->thread_seq, .label_set_id = e->label_set_id,
+        };
+        int r = cb(&s, ctx);
+        if (r) return r;
+    }
+    return 0;
+}
+
 static int by_time(const void *a, const void *b)
 {
     const agg_entry_t *x = &G.entries[*(const uint32_t *)a];

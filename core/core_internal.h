@@ -305,6 +305,8 @@ int rperf__agg_add(const uint32_t *ids, uint32_t depth, int64_t weight,
                    uint32_t thread_seq, uint32_t label_set_id, int64_t mono_ns);
 size_t rperf__agg_count(void);
 int rperf__agg_each(rperf_sample_cb cb, void *ctx);
+size_t rperf__agg_weights(int64_t *out, size_t cap);
+int rperf__agg_each_since(const int64_t *base, size_t nbase, rperf_sample_cb cb, void *ctx);
 size_t rperf__raw_count(void);
 int rperf__raw_each(rperf_sample_cb cb, void *ctx, int64_t mono_to_real);
 size_t rperf__agg_memory(void);
@@ -419,6 +421,9 @@ typedef struct rperf_engine {
     /* when the current window was closed (pause for a snapshot, stop): the
      * end of its duration and the start of the next window; 0 while open */
     int64_t close_mono_ns;
+    /* bumped whenever the aggregation table's entries stop being the ones
+     * a reader saw: a start, a clearing resume, a release (GVL held) */
+    uint64_t table_generation;
 } rperf_engine_t;
 
 extern rperf_engine_t rperf__engine;

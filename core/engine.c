@@ -240,6 +240,7 @@ static void free_run(void)
     rperf__threads_free_all();
     rperf__archive_clear();
     rperf__pages_release_cache();
+    rperf__engine.table_generation++;
     atomic_store(&rperf__engine.has_results, 0);
 }
 
@@ -258,6 +259,7 @@ int rperf_engine_start(const rperf_config_t *cfg, rperf_thread_t **caller,
     rperf__engine.interval_ns = 1000000000LL / cfg->frequency;
     rperf__late_rule_init();
     rperf__engine.run_id++;
+    rperf__engine.table_generation++;
     atomic_store(&rperf__engine.outstanding, 0);
     atomic_store(&rperf__engine.tick_mono, 0);
     atomic_store(&rperf__engine.tick_first_mono, 0);
@@ -367,28 +369,32 @@ void rperf_engine_pause(void) { close_window(); }
 
 void rperf_engine_resume(bool clear)
 {
-    if (clear) {
-        /* a new window: nothing of the closed one stays pinned or kept */
-        rperf__agg_clear();
-        /* the live heap outlasts the window: its stacks are interned anew */
-        rperf__heap_clear_collect();
-        rperf__frames_clear();
-        rperf__heap_clear_restore();
-        rperf__archive_clear();
-        reset_counters();
-        /* the new window starts where the closed one ended: the blocks
-         * recorded up to the close go on from there (resume_wall) */
-        int64_t shift = rperf__mono_ns() - rperf__engine.close_mono_ns;
-        if (shift > 0) {
-            rperf__engine.start_real_ns -= shift;
-            rperf__engine.start_mono_ns = rperf__engine.close_mono_ns;
-        }
-        atomic_store(&rperf__engine.dropped_retired, 0);
-        for (rperf_thread_t *pt = atomic_load(&rperf__threads); pt; pt = atomic_load(&pt->next))
-            atomic_store(&pt->dropped, 0);
-    }
+    if (clear) rperf_engine_clear();
     rperf__engine.close_mono_ns = 0;
     rperf__worker_resume();
+}
+
+void rperf_engine_clear(void)
+{
+    /* a new window: nothing of the closed one stays pinned or kept */
+    rperf__agg_clear();
+    rperf__engine.table_generation++;
+    /* the live heap outlasts the window: its stacks are interned anew */
+    rperf__heap_clear_collect();
+    rperf__frames_clear();
+    rperf__heap_clear_restore();
+    rperf__archive_clear();
+    reset_counters();
+    /* the new window starts where the closed one ended: the blocks
+     * recorded up to the close go on from there (resume_wall) */
+    int64_t shift = rperf__mono_ns() - rperf__engine.close_mono_ns;
+    if (shift > 0) {
+        rperf__engine.start_real_ns -= shift;
+        rperf__engine.start_mono_ns = rperf__engine.close_mono_ns;
+    }
+    atomic_store(&rperf__engine.dropped_retired, 0);
+    for (rperf_thread_t *pt = atomic_load(&rperf__threads); pt; pt = atomic_load(&pt->next))
+        atomic_store(&pt->dropped, 0);
 }
 
 int rperf_engine_other_ractor_threads(void)
@@ -479,6 +485,12 @@ rperf_frame_t rperf_result_frame(uint32_t id)
 
 size_t rperf_result_aggregated_count(void) { return rperf__agg_count(); }
 int rperf_result_each_aggregated(rperf_sample_cb cb, void *ctx) { return rperf__agg_each(cb, ctx); }
+uint64_t rperf_result_generation(void) { return rperf__engine.table_generation; }
+size_t rperf_result_weights(int64_t *out, size_t cap) { return rperf__agg_weights(out, cap); }
+int rperf_result_each_aggregated_since(const int64_t *base, size_t nbase, rperf_sample_cb cb, void *ctx)
+{
+    return rperf__agg_each_since(base, nbase, cb, ctx);
+}
 size_t rperf_result_raw_count(void) { return rperf__raw_count(); }
 
 int rperf_result_each_raw(rperf_sample_cb cb, void *ctx)

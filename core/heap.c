@@ -608,6 +608,41 @@ int rperf_result_each_alloc(rperf_alloc_cb cb, void *ctx)
     return 0;
 }
 
+/* Windows over the allocation table (its entries keep their index until
+ * the table's generation changes, as the aggregation's): four values per
+ * entry (alloc_objects, alloc_bytes, inuse_objects, inuse_bytes). */
+size_t rperf_result_alloc_values(int64_t *out, size_t cap)
+{
+    for (size_t i = 0; i < H.n && i < cap; i++) {
+        const heap_entry_t *e = &H.entries[i];
+        out[4 * i] = e->alloc_objects;
+        out[4 * i + 1] = e->alloc_bytes;
+        out[4 * i + 2] = e->inuse_objects;
+        out[4 * i + 3] = e->inuse_bytes;
+    }
+    return H.n;
+}
+
+int rperf_result_each_alloc_since(const int64_t *base, size_t nbase, rperf_alloc_cb cb, void *ctx)
+{
+    static const int64_t zero[4];
+    for (size_t i = 0; i < H.n; i++) {
+        const heap_entry_t *e = &H.entries[i];
+        const int64_t *b = i < nbase ? base + 4 * i : zero;
+        rperf_result_alloc_t r = {
+            .frames = H.pool + e->off, .depth = e->depth,
+            .class_id = e->class_id, .rtype = e->rtype,
+            .thread_seq = e->thread_seq, .label_set_id = e->label_set_id,
+            .alloc_objects = e->alloc_objects - b[0], .alloc_bytes = e->alloc_bytes - b[1],
+            .inuse_objects = e->inuse_objects - b[2], .inuse_bytes = e->inuse_bytes - b[3],
+        };
+        if (!r.alloc_objects && !r.inuse_objects && !r.inuse_bytes) continue;
+        int rc = cb(&r, ctx);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
 static void restore_locked(void);
 
 /* A window's clear: allocation counts start again, the live heap goes on.

@@ -145,8 +145,11 @@ void rperf_engine_release(void);
 /* Pause the worker with every ring drained (snapshot). Sampling goes on. */
 void rperf_engine_pause(void);
 /* Resume after rperf_engine_pause(); clear=true empties the aggregates and
- * resets counters and the start time. */
+ * resets counters and the start time (rperf_engine_clear first). */
 void rperf_engine_resume(bool clear);
+/* Paused: empty the aggregates (the live heap's entries are made anew),
+ * reset counters and the start time; the worker stays parked. */
+void rperf_engine_clear(void);
 
 bool rperf_engine_running(void);          /* any context */
 bool rperf_engine_has_results(void);      /* stopped run not yet released */
@@ -347,6 +350,14 @@ typedef struct rperf_result_sample {
 typedef int (*rperf_sample_cb)(const rperf_result_sample_t *s, void *ctx);
 size_t rperf_result_aggregated_count(void);
 int rperf_result_each_aggregated(rperf_sample_cb cb, void *ctx);
+/* Windows over the aggregation (Rperf::Window): entries keep their index
+ * and only gain weight until the generation changes (a start, a clearing
+ * resume, a release). rperf_result_weights copies each entry's weight
+ * (up to cap) and returns the entry count; _since visits the entries that
+ * gained weight over base, with the gain as weight. */
+uint64_t rperf_result_generation(void);
+size_t rperf_result_weights(int64_t *out, size_t cap);
+int rperf_result_each_aggregated_since(const int64_t *base, size_t nbase, rperf_sample_cb cb, void *ctx);
 size_t rperf_result_raw_count(void);
 int rperf_result_each_raw(rperf_sample_cb cb, void *ctx);
 
@@ -426,6 +437,12 @@ typedef struct rperf_result_alloc {
 } rperf_result_alloc_t;
 typedef int (*rperf_alloc_cb)(const rperf_result_alloc_t *a, void *ctx);
 int rperf_result_each_alloc(rperf_alloc_cb cb, void *ctx);
+/* Windows (as rperf_result_weights/_since): four values per entry
+ * (alloc_objects, alloc_bytes, inuse_objects, inuse_bytes), up to cap
+ * entries; returns the entry count. _since visits the entries whose values
+ * moved, with the change (in-use changes may be negative). */
+size_t rperf_result_alloc_values(int64_t *out, size_t cap);
+int rperf_result_each_alloc_since(const int64_t *base, size_t nbase, rperf_alloc_cb cb, void *ctx);
 
 #ifdef __cplusplus
 }

@@ -613,4 +613,5 @@ const rperf_exporter_ops_t rperf_exporter_pprof = {
     .description = "pprof protobuf (gzip-compressed in files); go tool pprof, speedscope",
     .gzip = 1,
     .encode = pprof_encode,
+    .flags = RPERF_EXPORTER_F_INUSE_DELTA,
 };

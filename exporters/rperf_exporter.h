@@ -82,8 +82,9 @@ typedef struct rperf_view_label_set {
 } rperf_view_label_set_t;
 
 /* One allocation entry of an allocation view: a (stack, thread, label set)
- * with all four values (indexed by RPERF_VIEW_ALLOC_INDEX()), each >= 0 and at
- * least one > 0. Its label set holds the object's class as the label
+ * with all four values (indexed by RPERF_VIEW_ALLOC_INDEX()), each >= 0 (in-use
+ * values may be < 0 in a view with RPERF_VIEW_INUSE_DELTA) and at least one
+ * not 0. Its label set holds the object's class as the label
  * `class` (next to the thread's user labels). */
 typedef struct rperf_view_alloc_sample {
     const uint32_t *frames;  /* as in rperf_view_sample_t, leaf first */
@@ -108,6 +109,10 @@ typedef struct rperf_view_thread {
 #define RPERF_VIEW_HAS_LABEL_SETS     (1u << 3)
 #define RPERF_VIEW_HAS_ALLOC_INTERVAL (1u << 4) /* alloc_interval */
 #define RPERF_VIEW_HAS_ALLOC_COUNTS   (1u << 5) /* alloc_sampled, alloc_live */
+/* A window's heap profile (Go's delta profile, heap?seconds=N): its in-use
+ * values are the change over the window and may be negative. Only an
+ * exporter with RPERF_EXPORTER_F_INUSE_DELTA is given such a view. */
+#define RPERF_VIEW_INUSE_DELTA        (1u << 6)
 
 typedef struct rperf_profile_view {
     rperf_mode_t mode;
@@ -292,6 +297,8 @@ typedef struct rperf_exporter_ops {
 /* The (uncompressed) output is UTF-8 text; the Ruby binding then returns a
  * UTF-8 String instead of a binary one. */
 #define RPERF_EXPORTER_F_TEXT (1u << 0)
+/* Accepts views with RPERF_VIEW_INUSE_DELTA (negative in-use values). */
+#define RPERF_EXPORTER_F_INUSE_DELTA (1u << 1)
 
 /* ---- Built-in exporters (one file each in exporters/) -------------------- */
 

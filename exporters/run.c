@@ -92,13 +92,15 @@ rperf_view_check(const rperf_profile_view_t *v, char *errbuf, size_t errlen)
         const rperf_view_alloc_sample_t *a = &v->alloc_samples[i];
         int any = 0;
         for (int k = 0; k < RPERF_VIEW_ALLOC_VALUES; k++) {
-            if (a->values[k] < 0) {
+            int inuse = k == RPERF_VIEW_ALLOC_INDEX(RPERF_VALUE_INUSE_OBJECTS) ||
+                         k == RPERF_VIEW_ALLOC_INDEX(RPERF_VALUE_INUSE_SPACE);
+            if (a->values[k] < 0 && !(inuse && (v->flags & RPERF_VIEW_INUSE_DELTA))) {
                 snprintf(msg, sizeof msg,
                          "profile view: allocation entry %zu has a negative value", i);
                 set_err(errbuf, errlen, msg);
                 return -EINVAL;
             }
-            any |= a->values[k] > 0;
+            any |= a->values[k] != 0;
         }
         if (!any || (a->depth && !a->frames) ||
             (a->label_set_id && a->label_set_id >= v->label_set_count)) {
@@ -189,6 +191,13 @@ rperf_export_to_writer(const rperf_exporter_ops_t *ops, const rperf_profile_view
                      "%s: exporter built for ABI version %u, which has no allocation sample "
                      "types (%s asked)", ops->name, (unsigned)ops->version,
                      rperf_value_type_name(view->sample_type));
+        return -ENOTSUP;
+    }
+    if ((view->flags & RPERF_VIEW_INUSE_DELTA) && !(ops->flags & RPERF_EXPORTER_F_INUSE_DELTA)) {
+        if (errbuf && errlen)
+            snprintf(errbuf, errlen,
+                     "cannot write a delta heap profile (in-use changes, which may be negative); "
+                     "use pprof");
         return -ENOTSUP;
     }
     rperf_export_options_t defaults;

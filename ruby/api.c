@@ -267,7 +267,10 @@ static VALUE c_start(int argc, VALUE *argv, VALUE self)
 static VALUE release(VALUE unused)
 {
     (void)unused;
-    if (!rperf_engine_running()) rperf_engine_release();
+    if (!rperf_engine_running() && rperf_engine_has_results()) {
+        rperf_rb_windows_fold(true);
+        rperf_engine_release();
+    }
     return Qnil;
 }
 
@@ -459,9 +462,16 @@ static void vm_teardown(ruby_vm_t *vm)
 
 static VALUE resume_clear(VALUE clear)
 {
-    /* a new window: label sets nobody uses any more are released too */
-    if (RTEST(clear)) rperf_rb_labels_window_clear();
-    rperf_engine_resume(RTEST(clear));
+    if (RTEST(clear)) {
+        /* open Rperf::Window readers keep what they saw of the ending table */
+        rperf_rb_windows_fold(false);
+        /* a new window: label sets nobody uses any more are released too */
+        rperf_rb_labels_window_clear();
+        rperf_engine_clear();
+        /* heap windows go on from the objects in use the clear kept */
+        rperf_rb_windows_rebase();
+    }
+    rperf_engine_resume(false);
     rperf_rb_alloc_pause(false);
     lifecycle_unlock(Qnil);
     return Qnil;
@@ -498,6 +508,31 @@ VALUE rperf_rb_window_take(void)
     VALUE data = build_snapshot_protected(Qnil);
     resume_clear(Qtrue);   /* unlocks */
     return data;
+}
+
+int rperf_rb_window_pause(bool heap)
+{
+    fork_reset_if_needed();
+    lifecycle_lock();
+    if (!rperf_engine_running()) {
+        lifecycle_unlock(Qnil);
+        return RPERF_RB_PAUSE_NOT_RUNNING;
+    }
+    if (!rperf_engine_config()->aggregate) {
+        lifecycle_unlock(Qnil);
+        return RPERF_RB_PAUSE_RAW;
+    }
+    rperf_rb_window_meet_parked();
+    rperf_engine_pause();
+    if (heap) rperf_rb_alloc_close();
+    return RPERF_RB_PAUSE_OK;
+}
+
+void rperf_rb_window_resume(bool heap)
+{
+    rperf_engine_resume(false);
+    if (heap) rperf_rb_alloc_pause(false);
+    lifecycle_unlock(Qnil);
 }
 
 /* Rperf.snapshot(clear: false) -> the aggregated data so far (nil when not

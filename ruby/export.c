@@ -26,7 +26,9 @@
  * ruby/lib/rperf/exporters.rb).
  *
  * Context: GVL held on entry (Ruby methods). The encoders themselves run
- * with the GVL released: by then the view points only at memory owned here.
+ * with the GVL released (by then the view points only at memory owned
+ * here), except a small view encoded to memory, which keeps the GVL: no
+ * wait to take it back (ENCODE_WITH_GVL_MAX_SAMPLES).
  *
  * DESIGN — conversion without leaks or dangling pointers
  * - All memory lives in one conv_t (export_internal.h, shared with
@@ -102,7 +104,7 @@ static ID id_to_s;
 static VALUE sym_mode, sym_frequency, sym_start_time_ns, sym_duration_ns, sym_sampling_count,
     sym_aggregated_samples, sym_label_sets, sym_threads, sym_cpu, sym_wall, sym_thread_seq,
     sym_ractor_id, sym_name, sym_native_tid, sym_top_n, sym_header, sym_backend, sym_alloc,
-    sym_allocations, sym_interval, sym_sampled, sym_live, sym_samples, sym_sample_type;
+    sym_allocations, sym_interval, sym_sampled, sym_live, sym_samples, sym_sample_type, sym_inuse_delta;
 
 static void
 conv_free(conv_t *c)
@@ -448,6 +450,9 @@ resolve_sample_type(conv_t *c, VALUE data, int req)
         v->flags |= RPERF_VIEW_HAS_ALLOC_INTERVAL;
     if (has_sampled && has_live)
         v->flags |= RPERF_VIEW_HAS_ALLOC_COUNTS;
+    /* a window's heap profile: in-use values are changes (Rperf::Window) */
+    if (RTEST(rb_hash_lookup2(allocs, sym_inuse_delta, Qfalse)))
+        v->flags |= RPERF_VIEW_INUSE_DELTA;
 }
 
 /* Rperf.sample_type(data, requested = nil) -> Symbol: the sample type an
@@ -719,13 +724,15 @@ alloc_label_set(conv_t *c, uint32_t set, VALUE klass)
     return (uint32_t)c->nasets++;
 }
 
-/* An allocation value: a non-negative Integer. Phase 2: NUM2LL on an
- * Integer calls no Ruby method (it may raise RangeError). */
+/* An allocation value: a non-negative Integer (any Integer when
+ * `negative`: an in-use change). Phase 2: NUM2LL on an Integer calls no
+ * Ruby method (it may raise RangeError). */
 static int64_t
-alloc_value(VALUE t, long i, long at, const char *what)
+alloc_value(VALUE t, long i, long at, const char *what, bool negative)
 {
     VALUE v = RARRAY_AREF(t, at);
-    if (!RB_INTEGER_TYPE_P(v) || (RB_FIXNUM_P(v) ? FIX2LONG(v) < 0 : rb_big_sign(v) == 0))
+    if (!RB_INTEGER_TYPE_P(v) ||
+        (!negative && (RB_FIXNUM_P(v) ? FIX2LONG(v) < 0 : rb_big_sign(v) == 0)))
         rb_raise(rb_eTypeError, "rperf: allocation sample %ld: %s must be a non-negative Integer",
                  i, what);
     return (int64_t)NUM2LL(v);
@@ -774,9 +781,10 @@ convert_allocations(conv_t *c, VALUE data)
             rb_raise(rb_eTypeError, "rperf: allocation sample %ld: class_name must be a String", i);
         int64_t values[RPERF_VIEW_ALLOC_VALUES];
         int any = 0;
+        bool delta = c->view.flags & RPERF_VIEW_INUSE_DELTA;
         for (int k = 0; k < RPERF_VIEW_ALLOC_VALUES; k++) {
-            values[k] = alloc_value(t, i, 2 + k, names[k]);
-            any |= values[k] > 0;
+            values[k] = alloc_value(t, i, 2 + k, names[k], delta && k >= 2);
+            any |= values[k] != 0;
         }
         uint32_t seq = tuple_u32(t, 6, i, "thread_seq");
         uint32_t set = tuple_u32(t, 7, i, "label_set_id");
@@ -887,7 +895,10 @@ grow_string(void *ctx, void *buf, size_t len, size_t cap)
     grow_t g = {ctx, cap, NULL};
     if (cap > LONG_MAX)
         return NULL;
-    rb_thread_call_with_gvl(grow_with_gvl, &g);
+    if (g.c->with_gvl)
+        grow_with_gvl(&g);
+    else
+        rb_thread_call_with_gvl(grow_with_gvl, &g);
     return g.ptr;
 }
 
@@ -924,13 +935,24 @@ raise_export_error(conv_t *c)
     rb_syserr_fail_str(e, rb_sprintf("rperf: %s exporter: %s", c->ops->name, c->err));
 }
 
-/* Encode without the GVL; returns the path, or the String for memory. */
+/* A view of at most this many samples is encoded to memory holding the
+ * GVL (a few milliseconds at most): giving the GVL up and taking it back
+ * costs a thread that encodes a scrape's window up to a time slice of
+ * every busy thread (docs/continuous-profiling.md, "Latency"). */
+#define ENCODE_WITH_GVL_MAX_SAMPLES 10000
+
+/* Encode (without the GVL unless the view is small and goes to memory);
+ * returns the path, or the String for memory. */
 static VALUE
 run_phase3(conv_t *c, VALUE path)
 {
     if (!c->path)
         c->str = rb_str_new(NULL, 0);
-    rb_thread_call_without_gvl(run_export_nogvl, c, NULL, NULL);
+    c->with_gvl = !c->path && c->nsamples + c->nasamples <= ENCODE_WITH_GVL_MAX_SAMPLES;
+    if (c->with_gvl)
+        run_export_nogvl(c);
+    else
+        rb_thread_call_without_gvl(run_export_nogvl, c, NULL, NULL);
     if (c->rc)
         raise_export_error(c);
     if (c->path)
@@ -1331,6 +1353,7 @@ rperf_rb_exporters_init(VALUE mRperf)
     SYM(sym_interval, "interval");
     SYM(sym_sampled, "sampled");
     SYM(sym_live, "live");
+    SYM(sym_inuse_delta, "inuse_delta");
     SYM(sym_samples, "samples");
     SYM(sym_sample_type, "sample_type");
 #undef SYM

@@ -61,6 +61,7 @@ typedef struct conv {
     VALUE str;              /* to memory: the result String (on this stack: marked) */
     size_t outlen;          /* its final length */
     int utf8;               /* RPERF__UTF8_* class of a text output */
+    bool with_gvl;          /* phase 3 runs holding the GVL (a small view to memory) */
     int rc;
     char err[512];
 } conv_t;

@@ -32,6 +32,8 @@ typedef struct build_ctx {
     VALUE samples;
     VALUE used_sets;  /* String as bytes: 1 at each label set id a sample uses */
     bool raw;
+    const rperf_rb_since_t *since;   /* a window's baseline, or NULL */
+    size_t frames_used;              /* distinct frame ids made into pairs */
     VALUE allocs;       /* :allocations samples */
     VALUE class_names;  /* class id (or -1 - type) -> name */
     stack_slot_t *stacks;     /* open addressing, power-of-two capacity */
@@ -58,6 +60,7 @@ static VALUE frame_pair(build_ctx_t *c, uint32_t id)
     p = rb_ary_new_from_args(2, rb_str_freeze(path), rb_str_freeze(label));
     rb_obj_freeze(p);
     rb_ary_store(c->pairs, id, p);
+    c->frames_used++;
     return p;
 }
 
@@ -144,6 +147,12 @@ static int add_alloc(const rperf_result_alloc_t *a, void *arg)
 static VALUE each_sample(VALUE arg)
 {
     build_ctx_t *c = (build_ctx_t *)arg;
+    if (c->since) {
+        rperf_result_each_aggregated_since(c->since->weights, c->since->n, add_sample, c);
+        if (c->since->heap && rperf_heap_enabled())
+            rperf_result_each_alloc_since(c->since->alloc, c->since->nalloc, add_alloc, c);
+        return Qnil;
+    }
     if (c->raw) rperf_result_each_raw(add_sample, c);
     else rperf_result_each_aggregated(add_sample, c);
     if (rperf_heap_enabled()) rperf_result_each_alloc(add_alloc, c);
@@ -189,8 +198,10 @@ static int add_thread(const rperf_result_thread_t *t, void *arg)
 /* The samples and label sets are built before the result Hash that holds
  * them, so that the Hash is young when the caller drops it: an old one
  * (aged through the GCs a large build triggers) would keep them alive
- * through minor GCs until a major one. */
-VALUE rperf_rb_build_result(bool raw)
+ * through minor GCs until a major one. `since`: a window's result (the
+ * entries that gained weight over its baseline, its counters' growth, no
+ * allocations); NULL: the whole run's. */
+static VALUE build(bool raw, const rperf_rb_since_t *since)
 {
     const rperf_config_t *cfg = rperf_engine_config();
     rperf_stats_t st;
@@ -200,7 +211,7 @@ VALUE rperf_rb_build_result(bool raw)
     int64_t mono = (int64_t)now.tv_sec * 1000000000LL + now.tv_nsec;
 
     long nsets = (long)rperf_rb_label_set_count();
-    build_ctx_t c = { rb_ary_new(), rb_ary_new(), rb_str_new(NULL, nsets), raw, rb_ary_new(),
+    build_ctx_t c = { rb_ary_new(), rb_ary_new(), rb_str_new(NULL, nsets), raw, since, 0, rb_ary_new(),
                       rb_hash_new(), NULL, 1024, 0 };
     memset(RSTRING_PTR(c.used_sets), 0, (size_t)nsets);
     c.stacks = calloc(c.cap, sizeof(*c.stacks));
@@ -214,11 +225,23 @@ VALUE rperf_rb_build_result(bool raw)
     VALUE h = rb_hash_new();
     set(h, "mode", ID2SYM(rb_intern(cfg->alloc_only ? "alloc" : cfg->clock == RPERF_CLOCK_WALL ? "wall" : "cpu")));
     set(h, "frequency", INT2NUM(cfg->frequency));
+    if (since) {
+        st.trigger_count -= since->stats.trigger_count;
+        st.sampling_count -= since->stats.sampling_count;
+        st.sampling_time_ns -= since->stats.sampling_time_ns;
+        st.dropped_samples -= since->stats.dropped_samples;
+        st.timer_overruns -= since->stats.timer_overruns;
+        st.start_time_ns = since->stats.start_time_ns;
+        st.start_mono_ns = since->stats.start_mono_ns;
+    }
     set(h, "trigger_count", ULL2NUM(st.trigger_count));
     set(h, "sampling_count", ULL2NUM(st.sampling_count));
     set(h, "sampling_time_ns", ULL2NUM(st.sampling_time_ns));
     set(h, "detected_thread_count", UINT2NUM(st.detected_threads));
-    if (!raw) {
+    if (since) {
+        set(h, "unique_frames", SIZET2NUM(c.frames_used));
+        set(h, "unique_stacks", LONG2NUM(RARRAY_LEN(c.samples)));
+    } else if (!raw) {
         set(h, "unique_frames", SIZET2NUM(rperf_result_frame_count()));
         set(h, "unique_stacks", SIZET2NUM(rperf_result_aggregated_count()));
     }
@@ -236,15 +259,21 @@ VALUE rperf_rb_build_result(bool raw)
     set(h, "profiler_memory_bytes", SIZET2NUM(rperf_engine_memory_bytes()));
     set(h, "allocator", rb_str_new_cstr(rperf_engine_allocator()));
     set(h, "threads", threads);
-    if (rperf_heap_enabled()) {
+    if (rperf_heap_enabled() && (!since || since->heap)) {
         rperf_heap_stats_t hs;
         rperf_heap_stats(&hs);
+        if (since) {
+            hs.sampled -= since->heap_stats.sampled;
+            hs.dropped -= since->heap_stats.dropped;
+        }
         VALUE a = rb_hash_new();
         set(a, "interval", UINT2NUM(hs.interval));
         set(a, "sampled", ULL2NUM(hs.sampled));
         set(a, "dropped", ULL2NUM(hs.dropped));
         set(a, "live", ULL2NUM(hs.live));
         set(a, "ractors", rperf_rb_alloc_ractors() ? Qtrue : Qfalse);
+        /* a window's: in-use values are the change over it */
+        if (since) set(a, "inuse_delta", Qtrue);
         set(a, "samples", c.allocs);
         set(h, "allocations", a);
     }
@@ -256,3 +285,7 @@ VALUE rperf_rb_build_result(bool raw)
     RB_GC_GUARD(threads);
     return h;
 }
+
+VALUE rperf_rb_build_result(bool raw) { return build(raw, NULL); }
+
+VALUE rperf_rb_build_result_since(const rperf_rb_since_t *since) { return build(false, since); }

@@ -112,6 +112,29 @@ void rperf_rb_window_forget(void);
 
 /* result.c */
 VALUE rperf_rb_build_result(bool raw);
+/* A window's baseline (window_delta.c): entry weights and counters */
+typedef struct rperf_rb_since {
+    const int64_t *weights;
+    size_t n;
+    rperf_stats_t stats;     /* start_time_ns/start_mono_ns: the window's start */
+    bool heap;               /* the allocations too: */
+    const int64_t *alloc;    /* four values per allocation entry */
+    size_t nalloc;
+    rperf_heap_stats_t heap_stats;
+} rperf_rb_since_t;
+/* worker parked or joined: the entries that gained weight over `since`,
+ * the counters' growth, the window's start and duration; with heap, the
+ * allocation entries that moved (:allocations) */
+VALUE rperf_rb_build_result_since(const rperf_rb_since_t *since);
+
+/* window_delta.c: Rperf::Window's baselines */
+void rperf_rb_window_delta_init(VALUE mRperf);
+/* GVL held, worker parked (a clearing resume) or joined (release): every
+ * open window keeps its result so far; ended: the run is released */
+void rperf_rb_windows_fold(bool ended);
+/* after the clear (worker still parked): heap windows' baselines are the
+ * objects in use the clear kept */
+void rperf_rb_windows_rebase(void);
 
 /* api.c */
 /* inside GC: the GC running now is a major one */
@@ -119,6 +142,15 @@ bool rperf_rb_major_gc_now(void);
 void rperf_rb_api_init(VALUE mRperf);
 /* Before exec, GVL held, any Ractor: stop the run (exec.c) */
 bool rperf_rb_stop_for_exec(void);
+
+/* window_delta.c's pause: the run paused as a snapshot pauses it (the
+ * lifecycle lock held until rperf_rb_window_resume), or why not (nothing
+ * held then) */
+enum { RPERF_RB_PAUSE_OK, RPERF_RB_PAUSE_NOT_RUNNING, RPERF_RB_PAUSE_RAW };
+/* heap: the live heap settled too, and allocation sampling paused until
+ * the resume (as at a snapshot) */
+int rperf_rb_window_pause(bool heap);
+void rperf_rb_window_resume(bool heap);
 
 /* GVL held, main Ractor, postponed job: the window so far, cleared (nil:
  * nothing; Qundef: a lifecycle call is in progress). Never raises. */

@@ -175,13 +175,13 @@ module Rperf
         run = run.merge(output: nil, child_stats: nil)
       end
       if run[:inherit_dir]
+        # open Rperf::Window readers keep the children's parts new to them
+        Window.__children_going(run[:inherit_dir]) if defined?(Window)
         # the forked children's profiles join this one (the output written
         # from C at exit had this process's alone: written again)
         data = __merge_children(data, run[:inherit_dir], remove: true)
         output_written = false if data[:process_count] > 1
       end
-      # open Rperf::Window readers end at the stop
-      Window.__cleared(data, ended: true) if defined?(Window)
       write_output(data, run) if run[:output] && !output_written
       write_child_stats(data, run) if run[:child_stats]
       report_verbose(data) if run[:verbose]
@@ -306,6 +306,21 @@ module Rperf
       lines << format("  %d samples / %d triggers, %.1f%% profiler overhead",
                       c["samples"], c["triggers"], overhead)
       lines << ""
+    end
+
+    # The current run's record (compared by identity: a later run is a
+    # different object), or nil. For code that must tell its own run from
+    # one somebody else started (Rperf::PprofApp's on-demand runs).
+    def __current_run
+      running? ? @run : nil
+    end
+
+    # Rperf.start's checks of frequency, backend and signal, without
+    # starting anything (ArgumentError names the option).
+    def __check_timing_options(frequency: 1000, backend: nil, signal: nil, allow_signal: false)
+      validate_frequency(frequency)
+      resolve_backend(backend, signal, allow_signal)
+      nil
     end
 
     # Rperf.label(**labels) { ... } and Rperf.labels are defined in C

@@ -265,8 +265,13 @@ class TestFork < Test::Unit::TestCase
       require "tmpdir"
       Rperf.start(frequency: 1000)
       rd, wr = IO.pipe
-      pid = fork { wr.close; rd.read; rperf_child_work(0.01); exit 3 }
+      started_r, started_w = IO.pipe
+      # the child's block runs after its run restarted (the fork hook):
+      # the root stops only then, or the child would find no run to join
+      pid = fork { wr.close; started_w.write("s"); started_w.close; rd.read; rperf_child_work(0.01); exit 3 }
       rd.close
+      started_w.close
+      started_r.read(1)
       res = Rperf.stop
       wr.close
       _, st = Process.wait2(pid)

@@ -241,7 +241,7 @@ class TestPprofHttp < Test::Unit::TestCase
       # 30,000 Strings (Integer#to_s) sampled one in 16: an estimate within 10 %
       assert_in_delta(30_000, strings.sum { |s| s[2] }, 3_000, path)
     end
-    res = get(server, "/debug/pprof/heap?seconds=5")
+    res = get(server, "/debug/pprof/heap?seconds=0")
     assert_equal(["400", true], [res.code, one_line?(res.body)], res.body)
     data = Rperf.snapshot(clear: true)
     assert_operator(data[:allocations][:sampled], :>, 1_000, "the scrapes cleared nothing")
@@ -251,6 +251,60 @@ class TestPprofHttp < Test::Unit::TestCase
     assert_equal(["404", true], [res.code, one_line?(res.body)], res.body)
     assert_match(/does not sample allocations/, res.body)
     assert_equal(keep.size, 300)
+  end
+
+  # heap?seconds=N and allocs?seconds=N: Go's delta profiles — what was
+  # allocated during the N seconds, and the change of the objects in use
+  # (negative where more were freed), nothing from before; the window
+  # crosses a user's clearing snapshot without losing or doubling anything.
+  def test_heap_and_allocs_with_seconds_are_delta_profiles
+    app = Rperf::PprofApp.new
+    before = []
+    Rperf.start(mode: :alloc, alloc_interval: 16)
+    heap_route_strings(before) # before the window: in no delta
+    kept = []
+    dropped = []
+    during = lambda do |_seconds|
+      heap_route_strings(kept)          # 30,000 Strings, still referenced after
+      Rperf.snapshot(clear: true)       # another reader clears meanwhile
+      before.clear                      # 30,000 older Strings freed
+      300.times { Array.new(100) { |i| i.to_s } } # 30,000 made and dropped
+      GC.start
+      :done
+    end
+    status, headers, body = call(app, "/debug/pprof/heap", query: "seconds=1", headers: { "rperf.wait" => during })
+    assert_equal(200, status, body[0, 200])
+    assert_equal('attachment; filename="heap"', headers["content-disposition"])
+    assert_equal("inuse_space", pprof(body, "heap?seconds=1").type)
+    # the values as written (go tool pprof reads them so; negative in-use
+    # changes included)
+    raw = Rperf._decode_pprof(body, "heap?seconds=1")
+    types = raw[:sample_types].map(&:first)
+    ao, io = types.index("alloc_objects"), types.index("inuse_objects")
+    strings = raw[:samples].select { |_, _, labels| labels&.[]("class") == "String" }
+    mine = strings.select { |frames, *| frames.any? { |f| f[1] == "Object#heap_route_strings" } }
+    # allocated in the window by heap_route_strings: the kept 30,000 only
+    assert_in_delta(30_000, mine.sum { |_, v, _| v[ao] }, 3_000, "alloc_objects in the window")
+    # in use: +30,000 kept (allocated in the window), -30,000 freed (from
+    # before it: a stack of their own, negative)
+    assert_in_delta(30_000, mine.select { |_, v, _| v[io].positive? }.sum { |_, v, _| v[io] }, 3_000)
+    assert_in_delta(-30_000, mine.select { |_, v, _| v[io].negative? }.sum { |_, v, _| v[io] }, 3_000)
+    # the Strings made and dropped in the window: allocated, none in use
+    other = strings - mine
+    assert_in_delta(30_000, other.sum { |_, v, _| v[ao] }, 3_000)
+    assert_in_delta(0, other.sum { |_, v, _| v[io] }, 1_000)
+    status, _, body = call(app, "/debug/pprof/allocs", query: "seconds=1")
+    assert_equal(200, status, body[0, 200])
+    assert_equal("alloc_space", pprof(body, "allocs?seconds=1").type)
+    Rperf.stop
+
+    Rperf.start(mode: :cpu)
+    status, _, body = call(app, "/debug/pprof/heap", query: "seconds=1")
+    assert_equal([404, true], [status, one_line?(body)], body)
+    Rperf.stop
+    status, _, body = call(app, "/debug/pprof/heap", query: "seconds=1")
+    assert_equal(503, status, body)
+    kept.clear
   end
 
   # start: a request while profiling is off runs its own window on a run

@@ -218,6 +218,37 @@ RPERF_TEST(aggregation_merges_equal_keys_only)
     rperf__agg_destroy();
 }
 
+/* A window's baseline (Rperf::Window): the weights copied at its open
+ * name the same entries later, and the result since holds only the
+ * entries that gained weight, with the gain. */
+RPERF_TEST(a_window_sees_only_what_grew_since_its_baseline)
+{
+    uint32_t a[2] = { 1, 2 }, b[2] = { 1, 3 }, c[2] = { 4, 5 };
+    RPERF_CHECK_EQ(rperf__agg_init(true), 0);
+    rperf__agg_add(a, 2, 10, 1, 0, 0);
+    rperf__agg_add(b, 2, 20, 1, 0, 0);
+    int64_t base[4] = { -1, -1, -1, -1 };
+    RPERF_CHECK_EQ(rperf__agg_weights(base, 4), 2);
+    RPERF_CHECK_EQ(base[0], 10);
+    RPERF_CHECK_EQ(base[1], 20);
+    RPERF_CHECK_EQ(base[2], -1);           /* only the entries there are */
+    RPERF_CHECK_EQ(rperf__agg_weights(NULL, 0), 2);
+    rperf__agg_add(b, 2, 7, 1, 0, 0);      /* grew */
+    rperf__agg_add(c, 2, 3, 1, 0, 0);      /* new since */
+    sample_count = 0;
+    rperf__agg_each_since(base, 2, record, NULL);
+    RPERF_CHECK_EQ(sample_count, 2);       /* a did not move: left out */
+    RPERF_CHECK_EQ(sample_weights[0], 7);
+    RPERF_CHECK_EQ(sample_first[0], 1);
+    RPERF_CHECK_EQ(sample_weights[1], 3);
+    RPERF_CHECK_EQ(sample_first[1], 4);
+    /* no baseline: everything */
+    sample_count = 0;
+    rperf__agg_each_since(NULL, 0, record, NULL);
+    RPERF_CHECK_EQ(sample_count, 3);
+    rperf__agg_destroy();
+}
+
 RPERF_TEST(raw_mode_keeps_every_sample_in_time_order)
 {
     uint32_t a[2] = { 5, 6 };
@@ -541,6 +572,7 @@ RPERF_TEST(a_ticker_wakes_the_worker_for_the_producers)
 int main(void)
 {
     return RPERF_RUN(RPERF_CASE(ring_wraps_and_preserves_samples),
+                     RPERF_CASE(a_window_sees_only_what_grew_since_its_baseline),
                      RPERF_CASE(full_ring_grows_then_drops_and_counts),
                      RPERF_CASE(mark_sees_frames_in_every_segment),
                      RPERF_CASE(mark_sees_frames_in_rings_and_table_but_no_header_words),

@@ -279,6 +279,58 @@ RPERF_TEST(a_clearing_window_keeps_the_live_heap)
     rperf_engine_release();
 }
 
+/* A heap window's baseline (Rperf::Window): taken before a clear it names
+ * the old entries; after the clear (rperf_engine_clear, worker still
+ * parked) the values the clear kept are the new baseline, so each object
+ * freed after the clear is a change of -1 and nothing kept is new. */
+static int64_t since_inuse, since_alloc;
+static int since_entries;
+static int sum_since(const rperf_result_alloc_t *a, void *ctx)
+{
+    (void)ctx;
+    since_inuse += a->inuse_objects;
+    since_alloc += a->alloc_objects;
+    since_entries++;
+    return 0;
+}
+
+RPERF_TEST(a_heap_window_baseline_sees_changes_across_a_clear)
+{
+    start_alloc(1);
+    stack[0] = 0x2000;
+    depth = 1;
+    allocate(0x10000, 8, CLASS_A);
+    close_window();
+    int64_t base[8 * 4];
+    RPERF_CHECK_EQ(rperf_result_alloc_values(base, 8), 1);
+    RPERF_CHECK_EQ(base[0], 8);              /* alloc_objects */
+    RPERF_CHECK_EQ(base[2], 8);              /* inuse_objects */
+    rperf_engine_resume(false);
+    allocate(0x20000, 2, CLASS_A);
+    close_window();
+    since_inuse = since_alloc = since_entries = 0;
+    rperf_result_each_alloc_since(base, 1, sum_since, NULL);
+    RPERF_CHECK_EQ(since_alloc, 2);
+    RPERF_CHECK_EQ(since_inuse, 2);
+    /* the clear: counts restart, the live heap is kept */
+    rperf_engine_clear();
+    RPERF_CHECK_EQ(rperf_result_alloc_values(base, 8), 1);
+    RPERF_CHECK_EQ(base[0], 0);
+    RPERF_CHECK_EQ(base[2], 10);
+    rperf_engine_resume(false);
+    dead_from = 0x20000;                     /* the last two die */
+    close_window();
+    dead_from = UINTPTR_MAX;
+    since_inuse = since_alloc = since_entries = 0;
+    rperf_result_each_alloc_since(base, 1, sum_since, NULL);
+    RPERF_CHECK_EQ(since_entries, 1);
+    RPERF_CHECK_EQ(since_alloc, 0);
+    RPERF_CHECK_EQ(since_inuse, -2);
+    rperf_engine_resume(false);
+    rperf_engine_stop();
+    rperf_engine_release();
+}
+
 RPERF_TEST(a_run_without_allocation_sampling_records_none)
 {
     start_alloc(0);
@@ -297,6 +349,7 @@ int main(void)
                      RPERF_CASE(sampled_objects_are_aggregated_by_stack_and_class),
                      RPERF_CASE(a_new_object_at_a_tracked_address_retires_the_tracked_one),
                      RPERF_CASE(a_close_keeps_only_live_objects_with_their_size_now),
+                     RPERF_CASE(a_heap_window_baseline_sees_changes_across_a_clear),
                      RPERF_CASE(a_marking_retires_what_it_did_not_reach_and_a_minor_one_reads_only_the_young),
                      RPERF_CASE(compaction_moves_tracked_objects),
                      RPERF_CASE(a_clearing_window_keeps_the_live_heap),

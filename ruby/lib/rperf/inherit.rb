@@ -63,6 +63,9 @@ module Rperf
       if dir && File.directory?(dir)
         read = []
         data = __merge_children(data, dir, read: read)
+        # open Rperf::Window readers keep the parts new to them that this
+        # clear consumes
+        Window.__children_going(dir) if clear && defined?(Window)
         # only what was merged: a child may have written its profile since
         read.each do |path|
           [path, path.sub(/\.pb\.gz\z/, ".stat.json")].each { |f| File.delete(f) if File.exist?(f) }
@@ -70,9 +73,19 @@ module Rperf
           nil
         end if clear
       end
-      # open Rperf::Window readers keep the window this clear ends
-      Window.__cleared(data) if clear && defined?(Window)
       data
+    end
+
+    # The directory the run's children write into, or nil.
+    def __children_dir
+      @run && @run[:inherit_dir]
+    end
+
+    # The names of the children's parts in `dir` now ([] when it is gone).
+    def __child_part_names(dir)
+      Dir.children(dir).grep(CHILD_PART)
+    rescue SystemCallError
+      []
     end
 
     # `data` (this process's result) with the samples, label sets and
@@ -80,7 +93,14 @@ module Rperf
     # this process and them. A child file that cannot be read is reported
     # and left out. With remove: the directory goes afterwards.
     def __merge_children(data, dir, remove: false, read: [])
-      parts = __child_profiles(dir, read)
+      __merge_parts(data, __child_profiles(dir, read))
+    ensure
+      __remove_inherit_dir(dir) if remove
+    end
+
+    # `data` with the children's profiles `parts` ([[pid,
+    # Rperf::Report::Profile]], oldest first) added.
+    def __merge_parts(data, parts)
       return data.merge(process_count: 1) if parts.empty?
 
       # this process's label set ids stay as they are; children's sets are
@@ -133,8 +153,6 @@ module Rperf
                           threads: threads)
       merged[:allocations] = data[:allocations].merge(samples: allocs) if allocs
       merged
-    ensure
-      __remove_inherit_dir(dir) if remove
     end
 
     private
@@ -169,10 +187,10 @@ module Rperf
     CHILD_PART = /\A\d+(\.\d+)?(\.w\d+)?\.pb\.gz\z/
 
     # -> [[pid, Rperf::Report::Profile]] of the children's profiles in
-    # `dir`, oldest first.
-    def __child_profiles(dir, read = [])
+    # `dir` (those named `names`, when given), oldest first.
+    def __child_profiles(dir, read = [], names = nil)
       __load_merge_libraries
-      names = Dir.children(dir).grep(CHILD_PART)
+      names ||= Dir.children(dir).grep(CHILD_PART)
       names.filter_map do |name|
         path = File.join(dir, name)
         prof = Rperf::Report.load(path)

@@ -11,6 +11,8 @@
 #                                         (default sample type inuse_space)
 #   GET /debug/pprof/allocs               the same, default alloc_space
 #                                         (404 unless the run samples allocations)
+#   GET /debug/pprof/heap?seconds=N       (and allocs) a delta profile of the
+#                                         next N seconds, as Go's
 #
 # Each profile request opens its own Rperf::Window, so any number of
 # scrapes may overlap and none of them clears what Rperf.snapshot(clear:
@@ -39,7 +41,8 @@ module Rperf
     MAX_QUERY_BYTES = 1024
     MAX_TOKEN_BYTES = 4096
     # What an on-demand run (start:) may be given; it writes no output.
-    START_KEYS = %i[frequency mode backend signal allow_signal ring_size max_label_sets defer inherit].freeze
+    START_KEYS = %i[frequency mode backend signal allow_signal ring_size max_label_sets defer inherit
+                    allocations alloc_interval].freeze
     # The flame graph page's own policy (exporters/html.c), sent as a header
     # too: the page can fetch nothing.
     HTML_CSP = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:"
@@ -137,21 +140,26 @@ module Rperf
       end
 
       begin
-        data = window_data(env, seconds)
+        data = window_data(env, seconds, %i[inuse_space alloc_space].include?(format))
       ensure
         give_slot
       end
       return data if data.is_a?(Array) # 503, or the client left
 
-      format == :pprof ? pprof_response(data) : html_response(data)
+      case format
+      when :pprof then pprof_response(data)
+      when :html then html_response(data)
+      else memory_response(data, format)
+      end
     end
 
-    # The result Hash of the next `seconds`, or a response when there is
-    # none (profiling off, the server stopping, the client gone).
-    def window_data(env, seconds)
+    # The result Hash of the next `seconds` (with its allocations when
+    # `heap`), or a response when there is none (profiling off, the run
+    # samples no allocations, the server stopping, the client gone).
+    def window_data(env, seconds, heap)
       demand = @start && OnDemand.acquire(@start)
       begin
-        window = open_window
+        window = open_window(heap)
         return window if window.is_a?(Array)
 
         outcome = :done
@@ -169,9 +177,11 @@ module Rperf
       end
     end
 
-    def open_window
+    def open_window(heap)
       require "rperf/window" # here, not at load: rperf.rb may load this file while it loads
-      Window.open
+      Window.open(allocations: heap)
+    rescue ArgumentError # a heap window of a run that samples no allocations
+      no_memory_profile(@start ? " (serve with start: { allocations: true })" : "")
     rescue RuntimeError => e
       hint = @start ? "" : " (start it with Rperf.start, or serve with start:)"
       text(503, "rperf: profiling is not available: #{one_line(e.message, 200)}#{hint}")
@@ -245,30 +255,36 @@ module Rperf
 
     # ---- /heap and /allocs ---------------------------------------------------
 
-    # The run's memory profile now, as Go's handlers give it without
-    # `seconds`: allocations since the run's start (or its last clearing
-    # snapshot), objects in use now; a snapshot that clears nothing. The
-    # two routes differ only in the default sample type.
-    def memory(env, base, type)
+    # The run's memory profile. Without `seconds`, as Go's handlers give
+    # it: allocations since the run's start (or its last clearing
+    # snapshot), objects in use now; a snapshot that clears nothing. With
+    # `seconds=N`, Go's delta profile: the allocations of the next N
+    # seconds and the change of the objects in use by stack (a window,
+    # as /profile's). The two routes differ only in the default sample type.
+    def memory(env, _base, type)
       query = env["QUERY_STRING"].to_s
       return bad("query string longer than #{MAX_QUERY_BYTES} bytes") if query.bytesize > MAX_QUERY_BYTES
-      if query.split("&").any? { |pair| unescape(pair.split("=", 2).first.to_s) == "seconds" }
-        return bad("seconds is not taken on heap and allocs: they hold the run so far (delta profiles: #{base}/profile)")
-      end
+      return profile(env, type) if query.split("&").any? { |pair| unescape(pair.split("=", 2).first.to_s) == "seconds" }
 
       data = Rperf.running? ? Rperf.snapshot : nil
-      unless data && data[:allocations]
-        return text(404, "rperf: no memory profile: the run does not sample allocations " \
-                         "(Rperf.start(mode: :alloc) or allocations: true)")
-      end
+      return no_memory_profile unless data && data[:allocations]
 
+      memory_response(data, type)
+    rescue RuntimeError => e # aggregate: false, or the run stopped meanwhile
+      text(404, "rperf: no memory profile: #{one_line(e.message, 200)}")
+    end
+
+    def no_memory_profile(hint = "")
+      text(404, "rperf: no memory profile: the run does not sample allocations " \
+                "(Rperf.start(mode: :alloc) or allocations: true)#{hint}")
+    end
+
+    def memory_response(data, type)
       body = Rperf.gzip(Rperf::PProf.encode(data, sample_type: type))
       [200, { "content-type" => "application/octet-stream",
               "content-disposition" => %(attachment; filename="#{type == :inuse_space ? 'heap' : 'allocs'}"),
               "x-content-type-options" => "nosniff", "cache-control" => "no-store",
               "content-length" => body.bytesize.to_s }, [body]]
-    rescue RuntimeError => e # aggregate: false, or the run stopped meanwhile
-      text(404, "rperf: no memory profile: #{one_line(e.message, 200)}")
     end
 
     # ---- index -------------------------------------------------------------
@@ -405,10 +421,16 @@ module Rperf
           mode = opts.fetch(:mode, :cpu)
           raise ArgumentError, "start: mode must be :cpu or :wall, got #{mode.inspect}" unless %i[cpu wall].include?(mode)
 
-          Rperf.send(:validate_frequency, opts.fetch(:frequency, 1000))
-          Rperf.send(:resolve_backend, opts[:backend], opts[:signal], opts.fetch(:allow_signal, false))
-          unless [true, false].include?(opts.fetch(:defer, false))
-            raise ArgumentError, "start: defer must be true or false, got #{opts[:defer].inspect}"
+          Rperf.__check_timing_options(**opts.slice(:frequency, :backend, :signal, :allow_signal))
+          %i[defer allocations].each do |key|
+            next if [true, false].include?(opts.fetch(key, false))
+
+            raise ArgumentError, "start: #{key} must be true or false, got #{opts[key].inspect}"
+          end
+          interval = opts.fetch(:alloc_interval, Rperf::DEFAULT_ALLOC_INTERVAL)
+          unless interval.is_a?(Integer) && interval.between?(1, Rperf::MAX_ALLOC_INTERVAL)
+            raise ArgumentError,
+                  "start: alloc_interval must be an Integer between 1 and #{Rperf::MAX_ALLOC_INTERVAL}, got #{interval.inspect}"
           end
           return if Rperf::INHERIT_VALUES.include?(opts.fetch(:inherit, false))
 
@@ -428,7 +450,7 @@ module Rperf
         end
 
         def current_run
-          Rperf.instance_variable_get(:@run)
+          Rperf.__current_run
         end
       end
     end

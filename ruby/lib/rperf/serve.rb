@@ -22,7 +22,10 @@
 # one accepts connections, and one per connection handles it (at most
 # max_connections; more are answered 503 at once), each read and write
 # under a deadline and woken by stop, so that no client, slow or silent,
-# ever holds an application thread or the listener. A fork child closes
+# ever holds an application thread or the listener. The thread that
+# accepts a connection handles it, and a new thread takes over accepting:
+# the request is read and its window opened without waiting for another
+# thread's first turn on the GVL (a time slice of every busy thread). A fork child closes
 # its inherited copies of the sockets (ServeForkHook): the root's listener
 # stays the only one on the port. Every listener is stopped at exit.
 
@@ -187,7 +190,7 @@ module Rperf
 
       @wake_w.close
       deadline = now + STOP_WAIT
-      join(@accept_thread, deadline)
+      join(@lock.synchronize { @accept_thread }, deadline)
       @server.close
       @lock.synchronize { @conns.keys }.each { |t| join(t, deadline) }
       @wake_r.close
@@ -259,7 +262,10 @@ module Rperf
         next unless ready && ready[0].include?(@server) && !@stopped
 
         sock = @server.accept_nonblock(exception: false)
-        dispatch(sock) unless sock == :wait_readable
+        next if sock == :wait_readable
+        return handle(sock) if take_over(sock)
+
+        reject(sock)
       end
     rescue IOError, SystemCallError => e
       return if @stopped
@@ -275,14 +281,19 @@ module Rperf
       retry
     end
 
-    def dispatch(sock)
+    # This thread becomes the handler of `sock`, and a new thread accepts
+    # from now on: true. false (stopping, max_connections reached, no
+    # thread could be made): this thread goes on accepting.
+    def take_over(sock)
       @lock.synchronize do
-        if !@stopped && @conns.size < @max_connections
-          @conns[named_thread(sock) { |s| handle(s) }] = sock
-          return
-        end
+        return false if @stopped || @conns.size >= @max_connections
+
+        @accept_thread = named_thread { accept_loop }
+        @conns[Thread.current] = sock
       end
-      reject(sock)
+      true
+    rescue ThreadError
+      false
     end
 
     # Over max_connections: answered on the accepting thread without

@@ -10,18 +10,18 @@
 #   sleep 5
 #   data = w.close                    # the result Hash of those 5 seconds
 #
-# How: open takes a snapshot that clears nothing (the baseline); close takes
-# another and keeps the difference, per stack, thread and label set. A
-# clearing snapshot taken meanwhile hands each open window the window it
-# ends (ruby/api.c calls Rperf.__finish_snapshot, which calls __cleared):
-# the window adds that, less its baseline, and starts again from nothing.
-# A stop ends every open window at the stop (its data comes in the same
-# way). Running children's windows (inherit:) are in the snapshots as
-# they arrive, so a window holds what the children wrote during it.
+# How: open takes a baseline in C (the weight of every aggregated stack
+# so far and the run's counters, ruby/window_delta.c); close builds a
+# result of only the stacks that gained weight since, so a window costs
+# what it saw, however large the run's profile. A clearing snapshot (or a
+# stop) taken meanwhile hands each open baseline the part it ends, in C,
+# and the window adds the parts at its close. Running children's profiles
+# (inherit:) come as files: a window holds the parts they wrote while it
+# was open (those present at its open are left out; those a clear or the
+# stop consumes are read by each open window first, __children_going).
 #
-# Samples of a root's own threads keep their thread; a child's samples
-# (those with a `pid` label) lose theirs (thread 0), as its threads'
-# numbers in a merged result depend on the processes merged before it.
+# Children's samples carry their `pid` label and thread numbers after
+# this process's, as in a merged snapshot.
 #
 # Context: the main Ractor (Rperf.snapshot is main-Ractor only); open and
 # close may be called from any of its threads, and concurrently.
@@ -35,12 +35,19 @@ module Rperf
 
     class << self
       # A window starting now. RuntimeError when nothing runs or the run
-      # keeps raw samples (aggregate: false).
-      def open
-        data = Rperf.snapshot
-        raise RuntimeError, "rperf is not running" unless data
+      # keeps raw samples (aggregate: false). allocations: true: its result
+      # has :allocations too — the allocations sampled in the window and
+      # the change of the objects in use by stack (negative where more
+      # were freed than made), as Go's delta heap profiles; ArgumentError
+      # when the run samples no allocations.
+      def open(allocations: false)
+        mark = Rperf._c_window_mark(allocations ? true : false)
+        raise RuntimeError, "rperf is not running" if mark.nil?
+        if mark == false
+          raise ArgumentError, "the run samples no allocations (Rperf.start(mode: :alloc) or allocations: true)"
+        end
 
-        w = new(data)
+        w = new(mark, Rperf.__children_dir, allocations ? true : false)
         LOCK.synchronize do
           @open << w
           Rperf._c_window_readers(true)
@@ -49,11 +56,11 @@ module Rperf
       end
 
       # From Rperf.__finish_snapshot (a clearing snapshot) and
-      # Rperf.__finish_stop (ended: the run stopped): every open window
-      # keeps `data`, the window that just ended, less its baseline.
-      def __cleared(data, ended: false)
+      # Rperf.__finish_stop, before the children's files in `dir` go: every
+      # open window reads the parts new to it.
+      def __children_going(dir)
         windows = LOCK.synchronize { @open.dup }
-        windows.each { |w| w.__fold(data, ended) }
+        windows.each { |w| w.__read_children(dir) }
       end
 
       def __forget(window)
@@ -64,86 +71,115 @@ module Rperf
       end
     end
 
-    def initialize(base)
+    def initialize(mark, dir, allocations)
       @lock = Mutex.new
-      @opened_ns = Process.clock_gettime(Process::CLOCK_REALTIME, :nanosecond)
-      @opened_mono = Process.clock_gettime(Process::CLOCK_MONOTONIC, :nanosecond)
-      @base = weights(base)
-      @base_counts = counts(base)
-      @acc = Hash.new(0)
-      @acc_counts = Hash.new(0)
-      @last = base
-      @ended = false
+      @mark = mark
+      @allocations = allocations
+      @dir = dir
+      @seen = dir ? child_names(dir).to_h { |n| [n, true] } : {}
+      @children = [] # [[pid, Rperf::Report::Profile]]
     end
 
     # The result Hash of the span from open to now (or to the run's stop,
     # if it stopped meanwhile). The window is closed afterwards.
     def close
-      data = @ended ? nil : Rperf.snapshot
-      @lock.synchronize do
-        add(data, @base, @base_counts) if data
-        @last = data if data
-        build
-      end
+      parts = Rperf._c_window_close(@mark)
+      __read_children(@dir) if @dir
+      @lock.synchronize { build(parts, @children) }
     ensure
       Window.__forget(self)
     end
 
-    def __fold(data, ended)
+    def __read_children(dir)
       @lock.synchronize do
-        return if @ended
+        names = child_names(dir).reject { |n| @seen[n] }
+        next if names.empty?
 
-        add(data, @base, @base_counts)
-        @base = {}
-        @base_counts = {}
-        @last = data
-        @ended = ended
-        @ended_mono = Process.clock_gettime(Process::CLOCK_MONOTONIC, :nanosecond) if ended
+        names.each { |n| @seen[n] = true }
+        @children.concat(Rperf.send(:__child_profiles, dir, [], names))
       end
     end
 
     private
 
-    # {[frames, thread_seq, labels Hash] => weight}
-    def weights(data)
-      sets = data[:label_sets] || [{}]
-      out = Hash.new(0)
-      (data[:aggregated_samples] || []).each do |frames, w, seq, set|
-        labels = sets[set || 0] || {}
-        seq = 0 if labels.key?(:pid)
-        out[[frames, seq || 0, labels]] += w
+    def child_names(dir)
+      Rperf.__child_part_names(dir)
+    end
+
+    COUNTS = %i[trigger_count sampling_count sampling_time_ns dropped_samples timer_overruns].freeze
+    Part = Struct.new(:data)
+
+    def without_inuse(data)
+      return data unless data[:allocations]
+
+      samples = data[:allocations][:samples].map { |s| s.dup.tap { |t| t[4] = t[5] = 0 } }
+      data.merge(allocations: data[:allocations].merge(samples: samples))
+    end
+
+    # One result of this process's parts (one per table generation the
+    # window spanned) and the children's.
+    def build(parts, children)
+      data = parts.size == 1 ? parts.first : combine(parts)
+      data = data.merge(label_sets: [{}]) unless data[:label_sets]
+      return data if children.empty?
+
+      children = children.sort_by { |pid, prof| [prof.data[:start_time_ns] || 0, pid] }
+      # a child's part holds its objects in use at its end, not their change
+      children = children.map { |pid, prof| [pid, Part.new(without_inuse(prof.data))] } if data[:allocations]
+      merged = Rperf.__merge_parts(data, children)
+      merged.merge(unique_stacks: merged[:aggregated_samples].size,
+                   unique_frames: merged[:aggregated_samples].flat_map(&:first).uniq.size)
+    end
+
+    # Parts of several generations (a clear, a stop in the window): their
+    # samples added by stack, thread and labels; counters summed; the span
+    # from the first part's start to the last one's end.
+    def combine(parts)
+      return { aggregated_samples: [], label_sets: [{}], start_time_ns: 0, duration_ns: 0 } if parts.empty?
+
+      acc = Hash.new(0)
+      parts.each do |d|
+        sets = d[:label_sets] || [{}]
+        d[:aggregated_samples].each do |frames, w, seq, set|
+          acc[[frames, seq || 0, sets[set || 0] || {}]] += w
+        end
       end
+      sets = [{}]
+      index = { {} => 0 }
+      samples = acc.map do |(frames, seq, labels), w|
+        [frames, w, seq, index[labels] ||= (sets << labels).size - 1]
+      end
+      first = parts.first
+      last = parts.last
+      ends = last[:start_time_ns] + last[:duration_ns]
+      out = last.merge(COUNTS.to_h { |k| [k, parts.sum { |d| d[k].to_i }] })
+                .merge(start_time_ns: first[:start_time_ns], duration_ns: ends - first[:start_time_ns],
+                       aggregated_samples: samples, label_sets: sets, unique_stacks: samples.size,
+                       unique_frames: samples.flat_map(&:first).uniq.size)
+      out[:allocations] = combine_allocations(parts, sets, index) if last[:allocations]
       out
     end
 
-    def counts(data)
-      { trigger_count: data[:trigger_count].to_i, sampling_count: data[:sampling_count].to_i,
-        sampling_time_ns: data[:sampling_time_ns].to_i, dropped_samples: data[:dropped_samples].to_i }
-    end
+    # The parts' allocation entries added by stack, class, thread and
+    # labels (label set ids into `sets`, grown through `index`).
+    def combine_allocations(parts, sets, index)
+      acc = {}
+      parts.each do |d|
+        next unless d[:allocations]
 
-    def add(data, base, base_counts)
-      weights(data).each do |key, w|
-        d = w - base.fetch(key, 0)
-        @acc[key] += d if d.positive?
+        dsets = d[:label_sets] || [{}]
+        d[:allocations][:samples].each do |frames, cls, *values, seq, set|
+          key = [frames, cls, seq || 0, dsets[set || 0] || {}]
+          sum = (acc[key] ||= [0, 0, 0, 0])
+          values.each_with_index { |v, i| sum[i] += v }
+        end
       end
-      counts(data).each { |k, v| @acc_counts[k] += [v - base_counts.fetch(k, 0), 0].max }
-    end
-
-    def build
-      last = @last || {}
-      sets = [{}]
-      index = { {} => 0 }
-      samples = @acc.map do |(frames, seq, labels), w|
-        [frames, w, seq, index[labels] ||= (sets << labels).size - 1]
+      samples = acc.map do |(frames, cls, seq, labels), values|
+        [frames, cls, *values, seq, index[labels] ||= (sets << labels).size - 1]
       end
-      now_mono = @ended_mono || Process.clock_gettime(Process::CLOCK_MONOTONIC, :nanosecond)
-      last.slice(:mode, :frequency, :backend, :threads, :process_count, :allocator)
-          .merge(@acc_counts)
-          .merge(start_time_ns: @opened_ns, duration_ns: now_mono - @opened_mono,
-                 aggregated_samples: samples, label_sets: sets,
-                 unique_stacks: samples.size,
-                 unique_frames: samples.flat_map(&:first).uniq.size,
-                 detected_thread_count: (last[:threads] || []).size)
+      with = parts.select { |d| d[:allocations] }
+      with.last[:allocations].merge(sampled: with.sum { |d| d[:allocations][:sampled] },
+                                    dropped: with.sum { |d| d[:allocations][:dropped] }, samples: samples)
     end
   end
 end
