@@ -35,10 +35,13 @@
 static VALUE profiler_obj;
 static ID id_finish_stop;
 static int finish_at_exit;          /* the run asked for output/reports */
-/* [path, exporter name, child run?] (frozen Strings, a boolean) when the
- * run's output goes through a C exporter: then at exit and exec it is
- * written from C, so the path to the file calls no method the application
- * may have redefined (Symbol#to_s, Hash#[], ...). nil otherwise. */
+/* [path, exporter name, child run?, opts, heap path] (frozen Strings, a
+ * boolean, nil or a frozen Hash, nil or a frozen String) when the run's
+ * output goes through a C exporter: then at exit and exec it is written
+ * from C, so the path to the file calls no method the application may
+ * have redefined (Symbol#to_s, Hash#[], ...). The heap path: a child's
+ * part in a run with allocations beside time, whose heap profile is
+ * written there too (after the time profile). nil otherwise. */
 static VALUE exit_output = Qnil;
 /* The run made its directory for forked children (_c_children_dir_made):
  * snapshots merge what they wrote. */
@@ -342,6 +345,14 @@ static VALUE export_exit_output(VALUE arg)
                                        RARRAY_AREF(a->out, 3));
 }
 
+static VALUE heap_opts;   /* {sample_type: :inuse_space}, frozen */
+
+static VALUE export_exit_heap(VALUE arg)
+{
+    exit_export_t *a = (exit_export_t *)arg;
+    return rperf_rb_export_engine_file(RARRAY_AREF(a->out, 1), RARRAY_AREF(a->out, 4), a->data, heap_opts);
+}
+
 /* The message of the pending error (rb_errinfo), read without calling a
  * method: the failure may come from a tracer that raises on every call, or
  * from a redefined core method. The error is cleared. */
@@ -383,6 +394,7 @@ static bool write_exit_output(VALUE out, VALUE data)
     exit_export_t a = { out, data };
     rb_protect(export_exit_output, (VALUE)&a, &state);
     rperf_writer_spare_release();
+    if (!state && !NIL_P(RARRAY_AREF(out, 4))) rb_protect(export_exit_heap, (VALUE)&a, &state);
     if (state) {
         char what[160];
         snprintf(what, sizeof what, "rperf: exporter %s failed", RSTRING_PTR(RARRAY_AREF(out, 1)));
@@ -568,19 +580,25 @@ static VALUE c_snapshot(int argc, VALUE *argv, VALUE self)
     return data;
 }
 
-/* _c_exit_output(path, exporter_name, child_run, sample_type = nil): the
- * run just started writes its output through this C exporter at exit and
- * exec (sample_type: a Symbol Rperf.start checked, or nil). */
+/* _c_exit_output(path, exporter_name, child_run, sample_type = nil,
+ * heap_path = nil): the run just started writes its output through this C
+ * exporter at exit and exec (sample_type: a Symbol Rperf.start checked, or
+ * nil), and with heap_path its heap profile (inuse_space) there after it. */
 static VALUE c_exit_output(int argc, VALUE *argv, VALUE self)
 {
     (void)self;
-    rb_check_arity(argc, 3, 4);
+    rb_check_arity(argc, 3, 5);
     VALUE path = argv[0], name = argv[1], child = argv[2];
     VALUE type = argc > 3 ? argv[3] : Qnil;
+    VALUE heap = argc > 4 ? argv[4] : Qnil;
     require_main_ractor("start");
     FilePathValue(path);
     StringValue(name);
     if (!NIL_P(type)) Check_Type(type, T_SYMBOL);
+    if (!NIL_P(heap)) {
+        FilePathValue(heap);
+        heap = rb_str_new_frozen(heap);
+    }
     if (!rperf_engine_running() || !rperf_exporter_find(StringValueCStr(name))) return Qnil;
     VALUE opts = Qnil;
     if (!NIL_P(type)) {
@@ -588,8 +606,8 @@ static VALUE c_exit_output(int argc, VALUE *argv, VALUE self)
         rb_hash_aset(opts, ID2SYM(rb_intern("sample_type")), type);
         rb_obj_freeze(opts);
     }
-    exit_output = rb_ary_new_from_args(4, rb_str_new_frozen(path), rb_str_new_frozen(name),
-                                       RTEST(child) ? Qtrue : Qfalse, opts);
+    exit_output = rb_ary_new_from_args(5, rb_str_new_frozen(path), rb_str_new_frozen(name),
+                                       RTEST(child) ? Qtrue : Qfalse, opts, heap);
     return Qnil;
 }
 
@@ -661,6 +679,10 @@ void rperf_rb_api_init(VALUE m)
     rb_ractor_local_storage_ptr_set(main_key, &main_marker);
     id_finish_stop = rb_intern("__finish_stop");
     rb_gc_register_address(&exit_output);
+    heap_opts = rb_hash_new();
+    rb_hash_aset(heap_opts, ID2SYM(rb_intern("sample_type")), ID2SYM(rb_intern("inuse_space")));
+    rb_obj_freeze(heap_opts);
+    rb_gc_register_mark_object(heap_opts);
     pthread_atfork(NULL, NULL, lifecycle_after_fork_child);
     rb_set_end_proc(at_end, Qnil);
     ruby_vm_at_exit(vm_teardown);

@@ -5,9 +5,15 @@
  * run's directory as <base>.w<n>.pb.gz, so that the root's snapshots hold
  * the children that are still running (up to one interval late), and a
  * child killed with SIGKILL loses only its current window. The part since
- * the last window is written at the child's stop or exit as <base>.pb.gz,
- * as before (ruby/lib/rperf.rb, __start_child_run); the root merges every
- * part of a pid as one process (ruby/lib/rperf/inherit.rb).
+ * the last window is written at the child's stop or exit as <base>.pb.gz
+ * (ruby/lib/rperf.rb, __start_child_run; ruby/api.c at exit); the root
+ * merges every part of a pid as one process (ruby/lib/rperf/inherit.rb).
+ * A run with allocations beside time writes each part as two files of one
+ * name: the time profile <name>.pb.gz and the heap profile
+ * <name>.heap.pb.gz (inuse_space; Rperf::RunDir), a window each only when
+ * it has samples; an allocation run's heap profile is its part's only
+ * file (.pb.gz). The root reads a part's two files as one, and either
+ * alone.
  *
  * The aggregation worker's wake-ups (at least every 1.6 s) time it
  * (rperf_rb_child_windows_poll) and request a postponed job. The job takes
@@ -16,13 +22,14 @@
  * thread's Thread#raise into the job), calling no Ruby method (a label
  * value that is neither a String nor a Symbol is converted with its to_s,
  * as for any export); the encoding, compression and write, most of the
- * cost, run on a writer thread of their own without the GVL. A window
- * that is due while a start, stop or snapshot is in progress, or while the
- * previous window is still being written, is taken at the next wake-up.
- * A window with no sample (time or allocation) writes nothing. The run's stop (and exit) waits
- * for the writer, so the last window is on disk before the final part. A
- * failure to write is reported once on stderr; that window's samples are
- * lost, the run goes on.
+ * cost, run on a writer thread of their own without the GVL (a window's
+ * files one after the other on the same thread, the time profile first).
+ * A window that is due while a start, stop or snapshot is in progress, or
+ * while the previous window is still being written, is taken at the next
+ * wake-up. A window with no sample (time or allocation) writes nothing.
+ * The run's stop (and exit) waits for the writer, so the last window is on
+ * disk before the final part. A failure to write is reported once on
+ * stderr; that file's samples are lost, the run goes on.
  *
  * Contexts: poll runs on the worker thread (no Ruby API: atomics and
  * rb_postponed_job_trigger, which is thread-safe); the job runs at a
@@ -36,8 +43,12 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
+
+/* the heap profile beside a window's time profile (RunDir::HEAP_SUFFIX) */
+#define HEAP_SUFFIX ".heap.pb.gz"
 
 static rb_postponed_job_handle_t job_handle = POSTPONED_JOB_HANDLE_INVALID;
 static VALUE base = Qnil;             /* "<dir>/<pid>" (frozen), nil: off */
@@ -71,31 +82,68 @@ void rperf_rb_child_windows_poll(void)
     rb_postponed_job_trigger(job_handle);
 }
 
-/* time samples, or allocation entries (an allocation run's heap profile) */
-static bool has_samples(VALUE data)
+static VALUE sym_aggregated_samples, sym_allocations, sym_samples, sym_mode, sym_alloc;
+static VALUE heap_opts;               /* {sample_type: :inuse_space}, frozen */
+
+static bool nonempty(VALUE h, VALUE key)
 {
-    if (!RB_TYPE_P(data, T_HASH)) return false;
-    VALUE s = rb_hash_lookup2(data, ID2SYM(rb_intern("aggregated_samples")), Qnil);
-    if (RB_TYPE_P(s, T_ARRAY) && RARRAY_LEN(s) > 0) return true;
-    VALUE a = rb_hash_lookup2(data, ID2SYM(rb_intern("allocations")), Qnil);
-    if (!RB_TYPE_P(a, T_HASH)) return false;
-    s = rb_hash_lookup2(a, ID2SYM(rb_intern("samples")), Qnil);
-    return RB_TYPE_P(s, T_ARRAY) && RARRAY_LEN(s) > 0;
+    VALUE a = RB_TYPE_P(h, T_HASH) ? rb_hash_lookup2(h, key, Qnil) : Qnil;
+    return RB_TYPE_P(a, T_ARRAY) && RARRAY_LEN(a) > 0;
 }
 
-static VALUE prepare_window(VALUE arg)
+/* A window's files: the time profile, and a run with allocations beside
+ * time writes its heap profile beside it; an allocation run's heap
+ * profile is its only file. Written in this order by one writer thread. */
+enum { MAX_FILES = 2 };
+typedef struct {
+    void *handle[MAX_FILES];
+    int count;
+} window_files_t;
+
+typedef struct {
+    VALUE data, opts;
+    const char *suffix;
+} prepare_args_t;
+
+static VALUE prepare_file(VALUE arg)
 {
-    VALUE *a = (VALUE *)arg;
-    return (VALUE)rperf_rb_export_detached_prepare(rb_str_new_cstr("pprof"), a[0], a[1]);
+    prepare_args_t *a = (prepare_args_t *)arg;
+    VALUE path = rb_str_plus(base, rb_str_new_cstr(a->suffix));
+    void *handle = rperf_rb_export_detached_prepare(rb_str_new_cstr("pprof"), a->data, path, a->opts);
+    RB_GC_GUARD(path);
+    return (VALUE)handle;
 }
 
-static void *write_main(void *handle)
+static void warn_once(const char *err)
 {
-    char err[256] = "";
-    int rc = rperf_rb_export_detached_finish(handle, err, sizeof err);
-    if (rc && !atomic_exchange(&warned, 1))
-        fprintf(stderr, "rperf: process %ld could not write its profile window: %s\n", (long)getpid(),
-                err[0] ? err : "error");
+    if (!atomic_exchange(&warned, 1))
+        fprintf(stderr, "rperf: process %ld could not write its profile window%s%s\n", (long)getpid(),
+                err ? ": " : "", err ? err : "");
+}
+
+/* Converts `data` for the file base + suffix (GVL held) into w; a failure
+ * is reported once and that file is left out. */
+static void prepare(window_files_t *w, VALUE data, const char *suffix, VALUE opts)
+{
+    prepare_args_t args = { data, opts, suffix };
+    int state = 0;
+    void *handle = (void *)rb_protect(prepare_file, (VALUE)&args, &state);
+    if (state) {
+        rb_set_errinfo(Qnil);
+        warn_once(NULL);
+    } else {
+        w->handle[w->count++] = handle;
+    }
+}
+
+static void *write_main(void *arg)
+{
+    window_files_t *w = arg;
+    for (int i = 0; i < w->count; i++) {
+        char err[256] = "";
+        if (rperf_rb_export_detached_finish(w->handle[i], err, sizeof err)) warn_once(err[0] ? err : "error");
+    }
+    free(w);
     atomic_store(&writing, 0);
     return NULL;
 }
@@ -129,31 +177,48 @@ static void window_job(void *unused)
     }
     atomic_store(&last_ns, mono_ns());
     atomic_store(&pending, 0);
-    if (!has_samples(data)) return;
-    char name[32];
-    snprintf(name, sizeof name, ".w%ld.pb.gz", ++seq);
-    VALUE path = rb_str_plus(base, rb_str_new_cstr(name));
-    VALUE args[2] = { data, path };
-    int state = 0;
-    void *handle = (void *)rb_protect(prepare_window, (VALUE)args, &state);
-    if (state) {
-        rb_set_errinfo(Qnil);
-        if (!atomic_exchange(&warned, 1))
-            fprintf(stderr, "rperf: process %ld could not write its profile window\n", (long)getpid());
+    if (!RB_TYPE_P(data, T_HASH)) return;
+    VALUE allocs = rb_hash_lookup2(data, sym_allocations, Qnil);
+    bool time = nonempty(data, sym_aggregated_samples);
+    bool heap = nonempty(allocs, sym_samples);
+    bool beside = RB_TYPE_P(allocs, T_HASH) && rb_hash_lookup2(data, sym_mode, Qnil) != sym_alloc;
+    if (!time && !heap) return;           /* no sample: nothing written */
+    window_files_t *w = calloc(1, sizeof *w);
+    if (!w) {
+        warn_once("out of memory");
+        return;
+    }
+    char name[48];
+    seq++;
+    if (!beside) {                        /* a time run's, or an allocation run's */
+        snprintf(name, sizeof name, ".w%ld.pb.gz", seq);
+        prepare(w, data, name, Qnil);
+    } else {
+        if (time) {
+            snprintf(name, sizeof name, ".w%ld.pb.gz", seq);
+            prepare(w, data, name, Qnil);
+        }
+        if (heap) {
+            snprintf(name, sizeof name, ".w%ld" HEAP_SUFFIX, seq);
+            prepare(w, data, name, heap_opts);
+        }
+    }
+    if (w->count == 0) {
+        free(w);
     } else {
         atomic_store(&writing, 1);
-        if (pthread_create(&writer, NULL, write_main, handle) == 0) {
+        if (pthread_create(&writer, NULL, write_main, w) == 0) {
             writer_pid = getpid();
         } else {
-            write_main(handle);          /* no thread: written here */
+            write_main(w);               /* no thread: written here */
         }
     }
     RB_GC_GUARD(data);
-    RB_GC_GUARD(path);
 }
 
 /* _c_child_windows(base, seconds): the run going is an inherited child's;
- * write its windows as base + ".w<n>.pb.gz" every `seconds`. */
+ * write its windows as base + ".w<n>.pb.gz" (and ".w<n>.heap.pb.gz")
+ * every `seconds`. */
 static VALUE c_child_windows(VALUE self, VALUE path, VALUE seconds)
 {
     (void)self;
@@ -182,6 +247,15 @@ void rperf_rb_child_windows_off(void)
 void rperf_rb_child_windows_init(VALUE m)
 {
     rb_gc_register_address(&base);
+    sym_aggregated_samples = ID2SYM(rb_intern("aggregated_samples"));
+    sym_allocations = ID2SYM(rb_intern("allocations"));
+    sym_samples = ID2SYM(rb_intern("samples"));
+    sym_mode = ID2SYM(rb_intern("mode"));
+    sym_alloc = ID2SYM(rb_intern("alloc"));
+    heap_opts = rb_hash_new();
+    rb_hash_aset(heap_opts, ID2SYM(rb_intern("sample_type")), ID2SYM(rb_intern("inuse_space")));
+    rb_obj_freeze(heap_opts);
+    rb_gc_register_mark_object(heap_opts);
     job_handle = rb_postponed_job_preregister(0, window_job, NULL);
     if (job_handle == POSTPONED_JOB_HANDLE_INVALID) rb_raise(rb_eLoadError, "rperf: no free postponed-job slot");
     rb_define_module_function(m, "_c_child_windows", c_child_windows, 2);

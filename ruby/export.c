@@ -77,7 +77,7 @@
 
 void rperf_rb_exporters_init(VALUE mRperf);
 VALUE rperf_rb_export_engine_file(VALUE name, VALUE path, VALUE data, VALUE opts);
-void *rperf_rb_export_detached_prepare(VALUE name, VALUE data, VALUE path);
+void *rperf_rb_export_detached_prepare(VALUE name, VALUE data, VALUE path, VALUE opts);
 int rperf_rb_export_detached_finish(void *handle, char *err, size_t errlen);
 
 /* ---- arena: stable pointers for phase-1 strings ---------------------------- */
@@ -1089,13 +1089,13 @@ detached_fail(VALUE arg)
 }
 
 void *
-rperf_rb_export_detached_prepare(VALUE name, VALUE data, VALUE path)
+rperf_rb_export_detached_prepare(VALUE name, VALUE data, VALUE path, VALUE opts)
 {
     detached_t *d = calloc(1, sizeof *d);
     if (!d)
         rb_memerror();
     d->c.str = Qnil;
-    d->a = (call_t){&d->c, name, data, path, Qnil, 0};
+    d->a = (call_t){&d->c, name, data, path, opts, 0};
     int state = 0;
     rb_protect(detached_prepare, (VALUE)d, &state);
     if (state) {

@@ -176,10 +176,11 @@ void rperf_rb_exporters_init(VALUE mRperf);
  * with the C exporter `name`, calling no Ruby method (raises on failure) */
 VALUE rperf_rb_export_engine_file(VALUE name, VALUE path, VALUE data, VALUE opts);
 /* A file export in two steps (export.c): GVL held, no GVL release: the
- * conversion of `data` for exporter `name` (raises on bad data); then on
+ * conversion of `data` for exporter `name` with `opts` (nil, or a Hash as
+ * Rperf._encode_file takes; raises on bad data); then on
  * any thread, no GVL: the encoding and the atomic write to path, which
  * frees the handle; 0 or -errno with a message in err. */
-void *rperf_rb_export_detached_prepare(VALUE name, VALUE data, VALUE path);
+void *rperf_rb_export_detached_prepare(VALUE name, VALUE data, VALUE path, VALUE opts);
 int rperf_rb_export_detached_finish(void *handle, char *err, size_t errlen);
 
 /* decode.c (the pprof reader: Rperf._decode_pprof) */

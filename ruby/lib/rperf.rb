@@ -172,7 +172,7 @@ module Rperf
       finish_result(data)
       if run[:child_stats] && !File.directory?(File.dirname(run[:child_stats]))
         warn "rperf: process #{Process.pid} ended after the run it was part of; its profile is left out" unless output_written
-        run = run.merge(output: nil, child_stats: nil)
+        run = run.merge(output: nil, heap_output: nil, child_stats: nil)
       end
       if run[:inherit_dir]
         # open Rperf::Window readers keep the children's parts new to them
@@ -182,7 +182,10 @@ module Rperf
         data = __merge_children(data, run[:inherit_dir], remove: true)
         output_written = false if data[:process_count] > 1
       end
-      write_output(data, run) if run[:output] && !output_written
+      if run[:output] && !output_written
+        write_output(data, run)
+        __export_at_stop(data, run[:heap_output], :pprof, :inuse_space) if run[:heap_output]
+      end
       write_child_stats(data, run) if run[:child_stats]
       report_verbose(data) if run[:verbose]
       report_stat(data, run) if run[:stat]
@@ -194,9 +197,10 @@ module Rperf
     #
     # Under the rperf command every Ruby process of the command (the command
     # itself, its forks, the Ruby processes it spawns) profiles itself into
-    # the run's private directory: the profile as pprof in <dir>/<pid>.pb.gz,
-    # its counters (samples, GC, memory, context switches) in
-    # <dir>/<pid>.stat.json (<pid>.<n>.*: the n-th program the process
+    # the run's private directory: the profile as pprof in <dir>/<pid>.pb.gz
+    # (with allocations beside time, its heap profile beside it in
+    # <dir>/<pid>.heap.pb.gz, RunDir), its counters (samples, GC, memory,
+    # context switches) in <dir>/<pid>.stat.json (<pid>.<n>.*: the n-th program the process
     # exec'd into, whose predecessor's run ended at the exec). The command merges them into one output at exit
     # (ruby/lib/rperf/cli.rb) and prints the stats block itself.
 
@@ -217,7 +221,11 @@ module Rperf
       # the process's context switches go on across exec: only its own count
       stat_base ||= stat_counters.slice(*STAT_SINCE_EXEC).compact if n.positive?
       start(**opts.merge(output: "#{base}.pb.gz", exporter: :pprof, stat: false))
-      _c_exit_output("#{base}.pb.gz", "pprof", true) if @run[:aggregate]
+      # a run with allocations beside time: its heap profile goes beside
+      # the time profile (<base>.heap.pb.gz, RunDir)
+      heap = "#{base}#{RunDir::HEAP_SUFFIX}" if opts[:allocations] && opts[:mode] != :alloc
+      @run[:heap_output] = heap
+      _c_exit_output("#{base}.pb.gz", "pprof", true, nil, heap) if @run[:aggregate]
       # a child of Rperf.start(inherit:) writes its windows as it goes, so
       # that the root's snapshots hold it while it runs (child_windows.c)
       _c_child_windows(base, CHILD_WINDOW_SECONDS) if windows && @run[:aggregate]
@@ -243,6 +251,7 @@ module Rperf
     # the parent's at this point: the child reports what it adds to them.
     def __restart_child_run(child_run)
       dir, opts, windows = child_run
+      @run = nil # the parent's: this process's profiler is stopped
       __start_child_run(dir, opts, stat_counters.slice(*STAT_SINCE_FORK), windows: windows)
       return @run[:yields_to_start] = true if @run
 

@@ -221,6 +221,166 @@ class TestAlloc < Test::Unit::TestCase
     assert_operator(sum["Object#child_churn Array true io"], :<=, 2_000, sum.inspect)
   end
 
+  # A run recording time and allocations: a forked child's parts carry
+  # both, so the root's stop holds the child's time samples and its
+  # allocations (pid label, one thread numbering for both), for cpu and
+  # wall.
+  COMBINED_PRELUDE = <<~'RUBY'
+    class RperfForkedGadget; end
+    def child_make_gadgets(n) = n.times { $gadgets << RperfForkedGadget.new }
+    def child_burn_cpu(s) = cpu_spin(s)
+    # the child's gadget allocations and its time in child_burn_cpu in `data`:
+    # {"ao", "io", "time", "alloc_seqs", "time_seqs", "threads"}
+    def child_part(data, pid)
+      sets = data[:label_sets]
+      mine = ->(set) { sets[set || 0][:pid] == pid }
+      r = { "ao" => 0, "io" => 0, "time" => 0, "alloc_seqs" => [], "time_seqs" => [] }
+      data[:allocations][:samples].each do |frames, cls, ao, _ab, io, _ib, seq, set|
+        next unless mine.(set) && cls == "RperfForkedGadget" &&
+                    frames.any? { |f| f[1] == "Object#child_make_gadgets" }
+        r["ao"] += ao
+        r["io"] += io
+        r["alloc_seqs"] |= [seq]
+      end
+      data[:aggregated_samples].each do |frames, w, seq, set|
+        next unless mine.(set) && frames.any? { |f| f[1] == "Object#child_burn_cpu" }
+        r["time"] += w
+        r["time_seqs"] |= [seq]
+      end
+      r["threads"] = data[:threads].map { |t| t[:thread_seq] }
+      r
+    end
+    $gadgets = []
+  RUBY
+  GADGETS = 50_000
+
+  def test_forked_children_of_a_time_and_allocation_run_bring_both
+    script = COMBINED_PRELUDE + <<~RUBY
+      out = {}
+      %i[cpu wall].each do |mode|
+        Rperf.start(mode: mode, allocations: true, alloc_interval: 16)
+        pid = fork do
+          child_make_gadgets(#{GADGETS})
+          child_burn_cpu(0.1)
+        end
+        Process.wait(pid)
+        data = Rperf.stop
+        out[mode] = child_part(data, pid).merge("processes" => data[:process_count],
+                                                "root_seqs" => data[:aggregated_samples].select { |s| data[:label_sets][s[3]][:pid].nil? }.map { |s| s[2] }.uniq)
+      end
+      child_report(out)
+    RUBY
+    run = run_child(script, timeout: 120)
+    assert_child_ok(run)
+    rep = run.report
+    assert_not_nil(rep, run.describe)
+    %w[cpu wall].each do |mode|
+      r = rep[mode]
+      assert_equal(2, r["processes"], "#{mode}: #{r}")
+      assert_operator(r["time"], :>, 0, "#{mode}: the child's time samples: #{r}")
+      assert_in_delta(GADGETS, r["ao"], GADGETS / 10, "#{mode}: the child's allocations: #{r}")
+      assert_in_delta(GADGETS, r["io"], GADGETS / 10, "#{mode}: the child's objects in use at its end: #{r}")
+      # one thread numbering per process: its allocations and its time on
+      # the same thread, one the root's own samples do not use
+      assert_equal(r["time_seqs"], r["alloc_seqs"], "#{mode}: #{r}")
+      assert_empty(r["time_seqs"] & r["root_seqs"], "#{mode}: #{r}")
+      assert_include(r["threads"], r["time_seqs"].first, "#{mode}: #{r}")
+    end
+  end
+
+  # A part is two files, the time profile and the heap profile beside it;
+  # one without the other (a child killed between the two writes, a
+  # snapshot that took one before the other was written) merges on its own.
+  def test_a_part_missing_one_of_its_two_files_still_merges
+    script = COMBINED_PRELUDE + <<~RUBY
+      Rperf.start(mode: :cpu, allocations: true, alloc_interval: 16)
+      kids = 2.times.map do
+        pid = fork do
+          child_make_gadgets(#{GADGETS})
+          child_burn_cpu(0.05)
+        end
+        Process.wait(pid)
+        pid
+      end
+      dir = Rperf.instance_variable_get(:@run)[:inherit_dir]
+      files = kids.map { |pid| Dir.children(dir).select { |n| n.start_with?("\#{pid}.") }.sort }
+      File.delete(File.join(dir, "\#{kids[0]}.heap.pb.gz"))
+      File.delete(File.join(dir, "\#{kids[1]}.pb.gz"))
+      data = Rperf.stop
+      child_report("files" => files, "kids" => kids, "processes" => data[:process_count],
+                   "time_only" => child_part(data, kids[0]), "heap_only" => child_part(data, kids[1]))
+    RUBY
+    run = run_child(script, timeout: 120)
+    assert_child_ok(run)
+    rep = run.report
+    assert_not_nil(rep, run.describe)
+    rep["kids"].zip(rep["files"]).each do |pid, files|
+      assert_equal(["#{pid}.heap.pb.gz", "#{pid}.pb.gz", "#{pid}.stat.json"], files)
+    end
+    assert_equal(3, rep["processes"], rep.inspect)
+    assert_operator(rep["time_only"]["time"], :>, 0, rep.inspect)
+    assert_equal(0, rep["time_only"]["ao"], rep.inspect)
+    assert_equal(0, rep["heap_only"]["time"], rep.inspect)
+    assert_in_delta(GADGETS, rep["heap_only"]["ao"], GADGETS / 10, rep.inspect)
+    assert_in_delta(GADGETS, rep["heap_only"]["io"], GADGETS / 10, rep.inspect)
+  end
+
+  # The windows a running child writes hold its allocations too: a root
+  # snapshot shows them (each allocation once, the objects in use once
+  # however many windows held them), and a child killed with SIGKILL keeps
+  # them in the root's stop.
+  def test_a_running_child_s_windows_bring_its_allocations
+    script = COMBINED_PRELUDE + <<~RUBY
+      out = {}
+      %i[cpu wall].each do |mode|
+        Rperf.start(mode: mode, allocations: true, alloc_interval: 16)
+        pid = fork do
+          child_make_gadgets(#{GADGETS})
+          child_burn_cpu(0.1)
+          loop { IO.select(nil, nil, nil, 0.05) } # safepoints: the windows are taken
+        end
+        dir = Rperf.instance_variable_get(:@run)[:inherit_dir] # made at the fork
+        seen = nil
+        deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 30
+        until Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+          windows = Dir.children(dir).select { |n| n.start_with?("\#{pid}.w") }.map { |n| n.split(".")[1] }.uniq
+          # two windows at least: the objects in use are in both
+          if windows.size >= 2
+            d = Rperf.snapshot
+            seen = child_part(d, pid)
+            break if seen["ao"] >= #{GADGETS} * 0.9 && seen["time"] > 0
+          end
+          IO.select(nil, nil, nil, 0.05)
+        end
+        Process.kill(:KILL, pid)
+        Process.wait(pid)
+        data = Rperf.stop
+        out[mode] = { "seen" => seen, "stop" => child_part(data, pid), "processes" => data[:process_count],
+                      "left" => Dir.glob(File.join(Dir.tmpdir, "rperf-run-\#{Process.pid}-*")) }
+      end
+      child_report(out)
+    RUBY
+    run = run_child(script, env: { "RPERF_WINDOW_SECONDS" => "1" }, timeout: 200)
+    assert_child_ok(run)
+    rep = run.report
+    assert_not_nil(rep, run.describe)
+    %w[cpu wall].each do |mode|
+      r = rep[mode]
+      seen = r["seen"]
+      assert_not_nil(seen, "#{mode}: no snapshot held the running child's windows: #{r}")
+      assert_operator(seen["time"], :>, 0, "#{mode}: #{r}")
+      assert_in_delta(GADGETS, seen["ao"], GADGETS / 10, "#{mode}: allocations in the snapshot: #{r}")
+      assert_in_delta(GADGETS, seen["io"], GADGETS / 10, "#{mode}: in use once: #{r}")
+      stop = r["stop"]
+      assert_equal(2, r["processes"], "#{mode}: #{r}")
+      assert_operator(stop["time"], :>, 0, "#{mode}: #{r}")
+      assert_in_delta(GADGETS, stop["ao"], GADGETS / 10, "#{mode}: the killed child's windows: #{r}")
+      assert_in_delta(GADGETS, stop["io"], GADGETS / 10, "#{mode}: #{r}")
+      assert_equal(stop["time_seqs"], stop["alloc_seqs"], "#{mode}: #{r}")
+      assert_equal([], r["left"], "#{mode}: nothing left behind")
+    end
+  end
+
   def test_stop_while_other_threads_allocate
     go = true
     threads = 4.times.map { Thread.new { alloc_churn(1_000) while go } }

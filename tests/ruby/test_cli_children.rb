@@ -189,6 +189,56 @@ class TestCLIChildren < Test::Unit::TestCase
     assert_empty(Dir.children(@tmp))
   end
 
+  # A run recording time and allocations (RPERF_ALLOCATIONS=1 in the
+  # environment the command gives its processes): each process's part
+  # holds both, and the command's merge keeps the fork child's time
+  # samples and its allocations, pid-labelled, on one thread numbering.
+  def test_the_merge_of_a_time_and_allocation_run_holds_both
+    require "rperf/cli"
+    run_dir = Rperf::RunDir.make(@tmp)
+    script = <<~RUBY
+      require "json"
+      class RperfCliGadget; end
+      def rperf_cli_gadgets(n) = n.times { $gadgets << RperfCliGadget.new }
+      def rperf_fork_work = (#{BURN})
+      $gadgets = []
+      pid = fork { rperf_cli_gadgets(50_000); rperf_fork_work }
+      Process.wait(pid)
+      File.write("pids", JSON.generate("parent" => $$, "fork" => pid))
+    RUBY
+    env = { "RPERF_ENABLED" => "1", "RPERF_MODE" => "cpu", "RPERF_FREQUENCY" => "1000",
+            "RPERF_CHILD_DIR" => run_dir, "RPERF_ALLOCATIONS" => "1", "RPERF_ALLOC_INTERVAL" => "16",
+            "RUBYOPT" => "-rrperf", "TMPDIR" => @tmp }
+    _, err, st = Open3.capture3(env, RbConfig.ruby, "-I", RPERF_BUILD_LIB, "-e", script, chdir: @dir)
+    assert(st.success?, err)
+    profile, = Rperf::CLI.new.merge_run_dir(run_dir)
+    ids = pids
+    data = profile.data
+    by_pid = functions_by_pid(profile)
+    assert_equal(ids.values.sort, by_pid.keys.sort, err)
+    assert_include(by_pid[ids["fork"]], "Object#rperf_fork_work")
+    assert_not_nil(data[:allocations], "the merge holds the processes' allocations")
+    sets = data[:label_sets]
+    gadgets = Hash.new(0)
+    alloc_seqs = Hash.new { |h, k| h[k] = [] }
+    data[:allocations][:samples].each do |frames, cls, ao, _ab, io, _ib, seq, set|
+      pid = sets[set][:pid]
+      alloc_seqs[pid] |= [seq]
+      next unless cls == "RperfCliGadget" && frames.any? { |f| f[1] == "Object#rperf_cli_gadgets" }
+
+      gadgets["#{pid} ao"] += ao
+      gadgets["#{pid} io"] += io
+    end
+    assert_in_delta(50_000, gadgets["#{ids['fork']} ao"], 5_000, gadgets.inspect)
+    assert_in_delta(50_000, gadgets["#{ids['fork']} io"], 5_000, gadgets.inspect)
+    assert_equal(0, gadgets["#{ids['parent']} ao"], gadgets.inspect)
+    # each process's allocations on its own threads, numbered as its time samples
+    time_seqs = Hash.new { |h, k| h[k] = [] }
+    data[:aggregated_samples].each { |_f, _w, seq, set| time_seqs[sets[set][:pid]] |= [seq] }
+    assert_equal(time_seqs[ids["fork"]], alloc_seqs[ids["fork"]], "#{time_seqs} #{alloc_seqs}")
+    assert_empty(alloc_seqs[ids["fork"]] & alloc_seqs[ids["parent"]], "#{alloc_seqs}")
+  end
+
   # Without the CLI, the env auto-start's fork children join the root's
   # profile (inherit: :fork, the default) with a pid label on their samples
   # only; with RPERF_INHERIT=false a fork child's profiler is stopped and

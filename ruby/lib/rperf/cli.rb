@@ -61,8 +61,6 @@ module Rperf
     SAMPLE_INDEXES = %w[time alloc_objects alloc_space inuse_objects inuse_space].freeze
     # The run's private directory in Dir.tmpdir: rperf-run-<CLI pid>-<random>.
     RUN_DIR = Rperf::RunDir::NAME
-    # A process's files in it (ruby/lib/rperf.rb, __start_child_run).
-    CHILD_PROFILE = /\A((\d+)(?:\.\d+)?)\.pb\.gz\z/
 
     USAGE = <<~TEXT
       Usage: rperf <subcommand> [options] command [args...]
@@ -152,6 +150,16 @@ module Rperf
     rescue Error => e
       @err.puts e.line
       1
+    end
+
+    # The profiles the processes of a run wrote into its directory `dir`,
+    # merged into one Rperf::Report::Profile (a numeric `pid` label on
+    # every sample; nil when no process wrote one), and
+    # [[pid, Profile, counters Hash or nil]] of each process's part.
+    def merge_run_dir(dir)
+      report = report_library
+      parts = read_run_dir(dir, report)
+      [parts.empty? ? nil : report.merge(parts.map { |pid, prof, _| [pid, prof] }), parts]
     end
 
     private
@@ -596,14 +604,13 @@ module Rperf
     # Read every process's profile (and counters) from the run directory,
     # merge them, write the output, print the stats block.
     def finish_run(s, cmd, dir, real)
-      report = report_library
-      parts = read_run_dir(dir, report)
-      if parts.empty?
+      merged, parts = merge_run_dir(dir)
+      unless merged
         @err.puts "rperf: no Ruby process of the command was profiled; " \
                   "#{s.subcommand == 'record' ? 'no profile written' : 'no stats'}"
         return
       end
-      data = report.merge(parts.map { |pid, prof, _| [pid, prof] }).data
+      data = merged.data
       # pprof does not carry the backend: the one the processes were given
       data[:backend] ||= (s.backend || (s.signal.to_s == "false" ? "nanosleep" : library.backends.first)).to_sym
       stats = sum_stats(parts.map(&:last))
@@ -618,20 +625,25 @@ module Rperf
     end
 
     # -> [[pid, Profile, counters Hash or nil]], in the order the processes
-    # started (then by pid). A file that cannot be read is reported and
-    # left out.
+    # started (then by pid): each process's part, its time profile and (a
+    # run recording allocations beside time) its heap profile as one
+    # (Rperf::RunDir.parts, Report.combine). A file that cannot be read is
+    # reported and left out.
     def read_run_dir(dir, report)
-      parts = Dir.children(dir).filter_map do |name|
-        base = name[CHILD_PROFILE, 1] or next
-        pid = name[CHILD_PROFILE, 2].to_i
-        path = File.join(dir, name)
-        begin
-          prof = report.load(path)
+      parts = Rperf::RunDir.parts(dir).filter_map do |part|
+        next if part.window # written by children of Rperf.start(inherit:) only
+
+        time, heap = [part.time, part.heap].map do |path|
+          path && report.load(path)
         rescue report::Error => e
-          @err.puts "rperf: process #{pid}: #{e.message.delete_prefix("#{path}: ")}; left out"
-          next
+          @err.puts "rperf: process #{part.pid}: #{e.message.delete_prefix("#{path}: ")}; left out"
+          nil
         end
-        [pid, prof, read_stats(File.join(dir, "#{base}.stat.json"))]
+        prof = report.combine(time, heap) or next
+        [part.pid, prof, read_stats(File.join(dir, "#{part.name}.stat.json"))]
+      rescue report::Error => e
+        @err.puts "rperf: process #{part.pid}: #{e.message}; left out"
+        nil
       end
       parts.sort_by { |pid, prof, _| [prof.data[:start_time_ns] || 0, pid] }
     end

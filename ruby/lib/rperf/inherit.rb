@@ -9,12 +9,16 @@
 # starts the run again and writes its profile there: a window every
 # CHILD_WINDOW_SECONDS while it runs (<pid>.w<n>.pb.gz, ruby/child_windows.c)
 # and the rest as <pid>.pb.gz when it stops or exits (ruby/lib/rperf.rb,
-# __start_child_run). The root's stop (and its exit) merges every part
-# written into its result, each child's samples labelled `pid` => its pid
-# (the root's own samples carry no pid label, as without children), with
-# `process_count`, and removes the directory; its snapshots merge them too
-# (a clear consumes them). A child still running at the root's stop
-# loses what it has not written yet: it says so on stderr at its end.
+# __start_child_run); in a run recording allocations beside time, each
+# part's heap profile beside it (<pid>[.w<n>].heap.pb.gz, RunDir). The
+# root's stop (and its exit) merges every part written into its result
+# (time samples, and allocation entries: allocations summed, the objects
+# in use from each pid's newest part that has them), each child's samples
+# labelled `pid` => its pid (the root's own samples carry no pid label, as
+# without children), with `process_count`, and removes the directory; its
+# snapshots merge them too (a clear consumes them). A child still running
+# at the root's stop loses what it has not written yet: it says so on
+# stderr at its end.
 
 require "rperf/run_dir"
 
@@ -81,9 +85,10 @@ module Rperf
       @run && @run[:inherit_dir]
     end
 
-    # The names of the children's parts in `dir` now ([] when it is gone).
+    # The names of the children's part files in `dir` now ([] when it is
+    # gone).
     def __child_part_names(dir)
-      Dir.children(dir).grep(CHILD_PART)
+      RunDir.parts(dir).flat_map { |part| [part.time, part.heap].compact.map { |f| File.basename(f) } }
     rescue SystemCallError
       []
     end
@@ -110,10 +115,11 @@ module Rperf
       list.each_with_index { |h, i| sets[h] ||= i }
       samples = data[:aggregated_samples].dup
       # a heap profile's entries: allocations add up, the objects in use
-      # are each process's newest part's (a window holds its live heap)
+      # are each process's newest part's that has them (a window holds its
+      # live heap)
       allocs = data[:allocations] && data[:allocations][:samples].dup
       newest = {}
-      parts.each_with_index { |(pid, _), i| newest[pid] = i }
+      parts.each_with_index { |(pid, prof), i| newest[pid] = i if prof.data[:allocations] }
       threads = (data[:threads] || []).dup
       # A process's parts (its windows and its last part) share its thread
       # numbers: one offset per pid, its threads listed once.
@@ -181,21 +187,25 @@ module Rperf
       end
     end
 
-    # Profiles a child writes: <pid>.pb.gz at its end (<pid>.<n>.pb.gz: the
-    # n-th program it exec'd into) and <pid>[.<n>].w<k>.pb.gz, its k-th
-    # window while it runs (ruby/child_windows.c).
-    CHILD_PART = /\A\d+(\.\d+)?(\.w\d+)?\.pb\.gz\z/
-
-    # -> [[pid, Rperf::Report::Profile]] of the children's profiles in
-    # `dir` (those named `names`, when given), oldest first.
+    # -> [[pid, Rperf::Report::Profile]] of the children's parts in `dir`
+    # (RunDir.parts: a part's time and heap profiles as one; only the files
+    # named in `names`, when given), oldest first. The paths read are added
+    # to `read`.
     def __child_profiles(dir, read = [], names = nil)
       __load_merge_libraries
-      names ||= Dir.children(dir).grep(CHILD_PART)
-      names.filter_map do |name|
-        path = File.join(dir, name)
-        prof = Rperf::Report.load(path)
-        read << path
-        [name.to_i, prof]
+      RunDir.parts(dir).filter_map do |part|
+        time, heap = [part.time, part.heap].map do |path|
+          next unless path
+          next if names && !names.include?(File.basename(path))
+
+          prof = Rperf::Report.load(path)
+          read << path
+          prof
+        rescue Rperf::Report::Error => e
+          warn "rperf: a forked child's profile is left out: #{e.message}"
+          nil
+        end
+        prof = Rperf::Report.combine(time, heap) and [part.pid, prof]
       rescue Rperf::Report::Error => e
         warn "rperf: a forked child's profile is left out: #{e.message}"
         nil

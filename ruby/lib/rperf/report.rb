@@ -11,6 +11,7 @@
 #   puts Rperf::Report.export(profile, :text)        # any exporter on the profile
 #   puts Rperf::Report.diff(base, target, limit: 20) # per-function deltas
 #   merged = Rperf::Report.merge([[pid, profile], ...]) # one profile, a numeric pid label per sample
+#   both = Rperf::Report.combine(time_profile, heap_profile) # a time profile with the heap's allocations
 #
 # A Profile carries its data in the shape of a stop result Hash
 # (:aggregated_samples [[frames leaf first, weight, thread_seq, label_set_id]],
@@ -301,6 +302,30 @@ module Rperf
 
     # ---- merging -----------------------------------------------------------
 
+    # One profile of a process's time profile and its heap profile (the two
+    # files of one part of a run that records allocations beside time,
+    # Rperf::RunDir): the time profile with the heap profile's :allocations
+    # added, their label sets and threads joined. Either may be nil (the
+    # other is returned as it is; nil when both are).
+    def combine(time, heap)
+      return time || heap unless time && heap
+      raise Error, "#{heap.file}: not a heap profile" unless heap.alloc?
+
+      t = time.data
+      h = heap.data
+      list = (t[:label_sets].empty? ? [{}] : t[:label_sets]).dup
+      sets = {}
+      list.each_with_index { |set, i| sets[set] ||= i }
+      ids = (h[:label_sets].empty? ? [{}] : h[:label_sets]).map { |set| sets[set] ||= (list << set).size - 1 }
+      entries = h[:allocations][:samples].map { |e| [*e[0, 7], ids[e[7] || 0]] }
+      threads = t[:threads].to_h { |th| [th[:thread_seq], th] }
+      h[:threads].each { |th| threads[th[:thread_seq]] ||= th }
+      data = t.merge(label_sets: list, threads: threads.values.sort_by { |th| th[:thread_seq] },
+                     allocations: h[:allocations].merge(samples: entries))
+      Profile.new(file: time.file, format: time.format, type: time.type, unit: time.unit, data: data,
+                  filters: time.filters)
+    end
+
     # One profile from the profiles of several processes of one run
     # ([[pid, Profile], ...], in that order; the rperf command's child
     # processes): every sample gets the label `pid` => pid (it replaces a
@@ -311,22 +336,28 @@ module Rperf
     # sample type. Heap profiles merge their :allocations (all four values):
     # the allocations of every part add up, the objects in use are the
     # newest part's of each process (its windows, oldest first, each hold
-    # the process's whole live heap at their end).
+    # the process's whole live heap at their end). Time profiles that carry
+    # :allocations (combine) merge both, and merge with heap profiles (a
+    # part whose time profile is missing).
     def merge(parts, file: nil)
       raise Error, "no profiles to merge" if parts.empty?
 
-      first = parts[0][1]
+      # the type of the merged profile: the first time profile's, when
+      # some part has time and allocations
+      both = parts.any? { |_, p| !p.alloc? && p.data[:allocations] }
+      first = (both && parts.map(&:last).find { |p| !p.alloc? }) || parts[0][1]
       samples = []
-      allocations = first.alloc? ? [] : nil
+      allocations = first.alloc? || both ? [] : nil
+      interval = nil
       sets = {}
       threads = []
       offset = 0
       starts = []
       ends = []
       newest = {}
-      parts.each_with_index { |(pid, _), i| newest[pid] = i }
+      parts.each_with_index { |(pid, p), i| newest[pid] = i if p.data[:allocations] }
       parts.each_with_index do |(pid, prof), index|
-        if prof.type != first.type || prof.unit != first.unit || prof.alloc? != first.alloc?
+        if (prof.type != first.type || prof.unit != first.unit || prof.alloc? != first.alloc?) && !(both && prof.alloc?)
           raise Error, "cannot merge #{prof.file} (#{prof.type}, #{prof.unit}) with " \
                        "#{first.file} (#{first.type}, #{first.unit})"
         end
@@ -342,7 +373,8 @@ module Rperf
           [seq.positive? ? seq + offset : 0, set_ids[set || 0] + 1]
         end
         d[:aggregated_samples].each { |frames, w, seq, set| samples << [frames, w, *place.(seq, set)] }
-        if allocations
+        if allocations && d[:allocations]
+          interval ||= d[:allocations][:interval]
           current = newest[pid] == index
           d[:allocations][:samples].each do |e|
             next unless current || e[2].positive?
@@ -366,7 +398,7 @@ module Rperf
                label_sets: [{}, *sets.keys], threads: threads.sort_by { |t| t[:thread_seq] } }
       if allocations
         data[:allocations] = { samples: allocations }
-        data[:allocations][:interval] = first.data[:allocations][:interval] if first.data[:allocations][:interval]
+        data[:allocations][:interval] = interval if interval
       end
       data[:start_time_ns] = starts.min unless starts.empty?
       data[:duration_ns] = ends.max - starts.min unless ends.empty?
