@@ -43,13 +43,16 @@ class TestInteropReport < Test::Unit::TestCase
   end
 
   # go tool pprof -top in exact nanoseconds: {name => [flat, cum]}.
+  PCT = /[\d.]+(?:e[-+]\d+)?%/
+
   def go_top(path)
     out, err, st = H.run_cmd(H.go, "tool", "pprof", "-symbolize=none", "-top", "-unit=ns",
                              "-nodefraction=0", "-nodecount=100000", path)
     assert(st.success?, "go tool pprof -top: #{err}")
     rows = {}
     out.each_line do |l|
-      next unless l =~ /\A\s*(\d+)(?:ns)?\s+[\d.]+%\s+[\d.]+%\s+(\d+)(?:ns)?\s+[\d.]+%\s+(.*)$/
+      # percentages as Go prints them: 71.46%, 6.1e-06%
+      next unless l =~ /\A\s*(\d+)(?:ns)?\s+#{PCT}\s+#{PCT}\s+(\d+)(?:ns)?\s+#{PCT}\s+(.*)$/
 
       rows[Regexp.last_match(3)] = [Regexp.last_match(1).to_i, Regexp.last_match(2).to_i]
     end
@@ -73,7 +76,9 @@ class TestInteropReport < Test::Unit::TestCase
                  [b.type, b.unit, b.data[:frequency], b.data[:duration_ns]], name)
     go = go_top(gos)
     # Go prints an empty name as <unknown>, and a name with a newline over two lines.
+    # go tool pprof -top leaves out a function whose samples all weigh 0
     mine = our_top(b).transform_keys { |label| label == "(unknown)" ? "<unknown>" : label }
+                     .reject { |_, (flat, cum)| flat.zero? && cum.zero? }
     multi = mine.keys.select { |label| label.include?("\n") }
     mine = mine.reject { |label, _| multi.include?(label) }
     go = go.reject { |label, _| multi.any? { |m| m.start_with?(label) } }
@@ -102,10 +107,16 @@ class TestInteropReport < Test::Unit::TestCase
                              "-nodefraction=0", "-nodecount=100000", path)
     assert(st.success?, "go tool pprof -top: #{err}")
     out.each_line.filter_map do |l|
-      next unless l =~ /\A\s*(\d+)B?\s+[\d.]+%\s+[\d.]+%\s+(\d+)B?\s+[\d.]+%\s+(.*)$/
+      next unless l =~ /\A\s*(\d+)B?\s+#{PCT}\s+#{PCT}\s+(\d+)B?\s+#{PCT}\s+(.*)$/
 
       [Regexp.last_match(3), [Regexp.last_match(1).to_i, Regexp.last_match(2).to_i]]
-    end.to_h
+    end.each_with_object({}) do |(label, (flat, cum)), rows|
+      # Go marks a function inlined into its caller "name (inline)"; our
+      # reader names each inlined frame as the function itself
+      label = label.delete_suffix(" (inline)")
+      old = rows[label]
+      rows[label] = old ? [old[0] + flat, [old[1], cum].max] : [flat, cum]
+    end
   end
 
   def heap_checks(path, name)
