@@ -24,8 +24,9 @@
 # sampled time spent by the listener itself (samples labelled
 # rperf=serve); the scrapes' sizes and how late they answered; and what
 # one scrape's own work costs (CPU time of the thread doing it: opening
-# its window, closing it after 2 s of the workload, encoding and gzipping
-# the pprof) against one Rperf.snapshot of the same run, taken right before.
+# its window and closing it after 2 s of the workload, against one
+# Rperf.snapshot of the same run taken right before; then encoding and
+# gzipping its pprof).
 #
 # Run: script/ruby bench/scrape.rb [--seconds=10] [--rounds=3] [--threads=2] [--stacks=1000]
 
@@ -176,8 +177,8 @@ module ScrapeBench
 
   def thread_cpu = Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID)
 
-  # [CPU s of one Rperf.snapshot, CPU s of one scrape's work] on this
-  # thread, with the run going.
+  # [CPU s of one Rperf.snapshot, of one scrape's window (open and close),
+  # of its pprof's encoding and gzip] on this thread, with the run going.
   def scrape_cost
     t = thread_cpu
     Rperf.snapshot
@@ -187,8 +188,11 @@ module ScrapeBench
     opened = thread_cpu - t
     phase(2.0, OPTS[:threads])
     t = thread_cpu
-    Rperf.gzip(Rperf._encode("pprof", w.close, nil))
-    [snap, opened + thread_cpu - t]
+    data = w.close
+    window = opened + thread_cpu - t
+    t = thread_cpu
+    Rperf.gzip(Rperf._encode("pprof", data, nil))
+    [snap, window, thread_cpu - t]
   end
 
   def report(results, shares, stacks, log, costs)
@@ -209,10 +213,9 @@ module ScrapeBench
     puts format("scrapes: %d (%s), %.0f KiB each on average, answered %.0f ms (median) / %.0f ms (max) after their 2 s",
                 log.size, codes.map { |c, n| "#{n}x #{c}" }.join(", "),
                 log.sum { |l| l[:bytes] } / 1024.0 / [log.size, 1].max, median(late.empty? ? [0] : late), late.max || 0)
-    snap = median(costs.map(&:first)) * 1000
-    scrape = median(costs.map(&:last)) * 1000
-    puts format("one scrape's work (window of 2 s, pprof, gzip): %.1f ms CPU; one snapshot: %.1f ms CPU; ratio %.2f",
-                scrape, snap, scrape / snap)
+    snap, window, encode = 3.times.map { |i| median(costs.map { |c| c[i] }) * 1000 }
+    puts format("one scrape's CPU: window of 2 s (open + close) %.1f ms = %.2f x one snapshot (%.1f ms); " \
+                "pprof + gzip %.1f ms", window, window / snap, snap, encode)
   end
 end
 
