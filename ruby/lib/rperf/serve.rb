@@ -156,7 +156,6 @@ module Rperf
       @conns = {} # handler Thread => its socket
       @stopped = false
       @server = TCPServer.new(host, port)
-      defer_accept(@server)
       @host = host
       @port = @server.local_address.ip_port
       # stop closes the write end: the read end then stays readable, which
@@ -234,18 +233,6 @@ module Rperf
       return if max_connections.is_a?(Integer) && max_connections.between?(1, 1024)
 
       raise ArgumentError, "max_connections must be an Integer from 1 to 1024, got #{max_connections.inspect}"
-    end
-
-    # Linux: a connection is accepted once its request has arrived (or after
-    # read_timeout), so the accepting thread reads it at once instead of
-    # waiting for it and then for the GVL again (a time slice of every busy
-    # thread). Elsewhere connections are accepted as they come.
-    def defer_accept(server)
-      return unless defined?(Socket::TCP_DEFER_ACCEPT)
-
-      server.setsockopt(Socket::IPPROTO_TCP, Socket::TCP_DEFER_ACCEPT, @read_timeout.ceil)
-    rescue SystemCallError
-      nil
     end
 
     def named_thread(*args)
