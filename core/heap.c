@@ -191,12 +191,13 @@ static void index_put(uint32_t si)
 }
 
 /* Rebuild the index and the bloom filter at a capacity fit for `want`
- * entries (load <= 1/2, 16 bloom bits per entry). No allocation when the
- * sizes stay (a relocation inside GC). */
+ * entries (load <= 3/4: linear probing stays short, and the index costs
+ * 5-11 bytes per tracked object; 8 bloom bits per index slot). No
+ * allocation when the sizes stay (a relocation inside GC). */
 static bool index_rebuild(size_t want)
 {
     size_t cap = 1024;
-    while (cap < want * 2) cap *= 2;
+    while (cap * 3 < want * 4) cap *= 2;
     if (cap < H.index_cap) cap = H.index_cap;     /* never shrinks */
     size_t bits = cap * 8;
     if (cap != H.index_cap) {
@@ -303,7 +304,7 @@ void rperf_alloc_record(uintptr_t obj, uintptr_t klass, uint32_t rtype, uint32_t
     /* a deferred run: only allocations inside profile blocks */
     if (rperf__engine.cfg.deferred && !rperf_thread_profiled(pt)) return;
     atomic_fetch_add_explicit(&H.sampled, 1, memory_order_relaxed);
-    if ((H.used + 1) * 2 > H.index_cap && !index_rebuild(H.used + 1)) goto drop;
+    if ((H.used + 1) * 4 > H.index_cap * 3 && !index_rebuild(H.used + 1)) goto drop;
     /* every young object must be on the young list: a minor GC may free
      * it and give its page back, and only the list's check retires it */
     if (H.nyoung == H.young_cap &&
