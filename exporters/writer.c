@@ -16,6 +16,15 @@
  * output needs no final copy); a size hint (reserve) allocates exactly and
  * prefaults. File writers buffer 64 KiB before write(2) and retry short
  * writes and EINTR.
+ * A file writer's buffer, a gzip writer's output buffer and zlib's deflate
+ * state (~400 KiB together, no block over 64 KiB) are mapped and unmapped
+ * with the writer, never taken from malloc: a profiled server child writes
+ * a window every 5 s (ruby/child_windows.c) from a thread of its own, to
+ * which glibc gives one of the application's arenas (round-robin once its
+ * arena limit is reached), and blocks of that size placed in an arena's
+ * free space leave pages there that the allocator keeps resident after
+ * they are freed: a little more RSS at every window (docs/performance.md,
+ * "A server's workers"). Unmapped, they leave nothing behind.
  * A file writer never replaces what is at the path with something else:
  * the path's symlinks are followed to the final target; a regular file (or
  * nothing) is replaced atomically by a temporary file beside it, renamed
@@ -76,6 +85,51 @@ struct rperf_writer {
     int zinit;
     unsigned char *zout;
 };
+
+/* ---- mapped blocks ----------------------------------------------------------- */
+
+/* A block of `n` bytes mapped for this writer alone (contents zero), or
+ * NULL. The mapping's length is kept in a header one cache line long. */
+#define BLOCK_HEAD 64u
+
+static void *
+block_alloc(size_t n)
+{
+    if (n > SIZE_MAX - BLOCK_HEAD)
+        return NULL;
+    size_t len = n + BLOCK_HEAD;
+    void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+        return NULL;
+    *(size_t *)m = len;
+    return (char *)m + BLOCK_HEAD;
+}
+
+static void
+block_free(void *p)
+{
+    if (!p)
+        return;
+    void *m = (char *)p - BLOCK_HEAD;
+    munmap(m, *(size_t *)m);
+}
+
+/* zlib's allocator: its deflate state in mapped blocks too */
+static voidpf
+z_block_alloc(voidpf opaque, uInt items, uInt size)
+{
+    (void)opaque;
+    if (size && items > SIZE_MAX / size)
+        return Z_NULL;
+    return block_alloc((size_t)items * size);
+}
+
+static void
+z_block_free(voidpf opaque, voidpf p)
+{
+    (void)opaque;
+    block_free(p);
+}
 
 /* Also the writer's own way to fail: the first error sticks. */
 int
@@ -707,7 +761,7 @@ rperf_writer_file_open(rperf_writer_t **out, const char *path)
         return -ENOMEM;
     }
     w->path = t.path; /* the final target: symlinks are written through */
-    w->data = malloc(FILE_BUF_SIZE);
+    w->data = block_alloc(FILE_BUF_SIZE);
     w->cap = FILE_BUF_SIZE;
     if (!w->data) {
         rperf_writer_free(w);
@@ -760,11 +814,14 @@ rperf_writer_gzip_open(rperf_writer_t **out, rperf_writer_t *inner, int level)
     if (!w)
         return -ENOMEM;
     w->inner = inner;
-    w->zout = malloc(GZ_OUT_SIZE);
+    w->zout = block_alloc(GZ_OUT_SIZE);
     if (!w->zout) {
         rperf_writer_free(w);
         return -ENOMEM;
     }
+    w->zs.zalloc = z_block_alloc;
+    w->zs.zfree = z_block_free;
+    w->zs.opaque = Z_NULL;
     /* windowBits 15 + 16: zlib writes a gzip header and trailer. */
     if (deflateInit2(&w->zs, level, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
         rperf_writer_free(w);
@@ -827,8 +884,10 @@ rperf_writer_free(rperf_writer_t *w)
     }
     if (w->zinit)
         deflateEnd(&w->zs);
-    free(w->zout);
-    if (!w->grow)
+    block_free(w->zout);
+    if (w->kind == W_FILE)
+        block_free(w->data);
+    else if (!w->grow)
         free(w->data);
     free(w->path);
     free(w->tmp_path);
