@@ -353,6 +353,26 @@ class TestFork < Test::Unit::TestCase
                  run.report, run.describe)
   end
 
+  # ... with the run's allocation sampling too: a spawned program's
+  # allocations join the root's (mode :alloc, and time with allocations).
+  def test_inherit_true_passes_allocation_sampling_to_spawned_programs
+    run = run_fork_scenario(<<~'RUBY')
+      class RperfSpawnedThing; end
+      prog = "class RperfSpawnedThing; end; def rperf_spawned_allocs = 40_000.times { RperfSpawnedThing.new }; rperf_spawned_allocs"
+      out = [{ mode: :alloc }, { mode: :cpu, allocations: true }].map do |opts|
+        Rperf.start(frequency: 1000, inherit: true, alloc_interval: 16, **opts)
+        system(RbConfig.ruby, "-e", prog)
+        res = Rperf.stop
+        res[:allocations][:samples].select { |f, cls, *| cls == "RperfSpawnedThing" && f.any? { |fr| fr[1] == "Object#rperf_spawned_allocs" } }
+                                   .sum { |s| s[2] }
+      end
+      child_report("estimates" => out)
+    RUBY
+    est = run.report["estimates"]
+    assert_equal(2, est&.size, run.describe)
+    est.each { |e| assert_in_delta(40_000, e, 6_000, run.describe) }
+  end
+
   # A run with forked children that is left going at exit, without an
   # output, still removes its directory there.
   def test_exit_without_stop_leaves_no_directory

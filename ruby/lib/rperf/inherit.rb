@@ -54,6 +54,10 @@ module Rperf
       env["RPERF_SIGNAL"] = o[:signal].to_s if o[:signal].is_a?(Integer)
       env["RPERF_ALLOW_SIGNAL"] = "1" if o[:allow_signal]
       env["RPERF_DEFER"] = "1" if o[:defer]
+      if o[:allocations] || o[:mode] == :alloc
+        env["RPERF_ALLOCATIONS"] = "1" if o[:allocations]
+        env["RPERF_ALLOC_INTERVAL"] = o[:alloc_interval].to_s
+      end
       env["RPERF_CHILD_WINDOWS"] = "1"
       @run[:saved_env] = env.keys.to_h { |k| [k, ENV[k]] }
       ENV.update(env)
@@ -169,6 +173,7 @@ module Rperf
     SPAWN_KEYS = %w[RPERF_ENABLED RPERF_MODE RPERF_FREQUENCY RPERF_OUTPUT RPERF_FORMAT RPERF_SIGNAL
                     RPERF_ALLOW_SIGNAL RPERF_BACKEND RPERF_AGGREGATE RPERF_STAT RPERF_VERBOSE
                     RPERF_STAT_COMMAND RPERF_STAT_REPORT RPERF_CHILD_DIR RPERF_INHERIT RPERF_DEFER RPERF_CHILD_WINDOWS
+                    RPERF_ALLOCATIONS RPERF_ALLOC_INTERVAL
                     RPERF_SERVE RPERF_SERVE_TOKEN RPERF_SERVE_START RUBYOPT RUBYLIB].freeze
 
     # {pid => thread_seq offset}: each process's threads numbered after
