@@ -81,6 +81,34 @@ class TestWindow < Test::Unit::TestCase
     assert_match(/not running/, error.message)
   end
 
+  # A window opened before the run's first fork (no children's directory
+  # yet) still holds what the children wrote while it was open.
+  def test_a_window_opened_before_the_first_fork_holds_the_children
+    run = run_child(<<~'RUBY', env: { "RPERF_WINDOW_SECONDS" => "0.1" })
+      require "rperf/window"
+      def rperf_child_in_window(s) = cpu_spin(s)
+      Rperf.start(frequency: 1000)
+      w = Rperf::Window.open
+      parent = Process.pid
+      pid = fork { rperf_child_in_window(0.05) while Process.ppid == parent }
+      got = 0
+      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 60
+      while got.zero? && Process.clock_gettime(Process::CLOCK_MONOTONIC) < deadline
+        probe = Rperf::Window.open
+        IO.select(nil, nil, nil, 0.3)
+        got = rperf_weight_with(probe.close, "Object#rperf_child_in_window")
+      end
+      data = w.close
+      Process.kill(:KILL, pid)
+      Process.wait(pid)
+      Rperf.stop
+      child_report("probe" => got, "window" => rperf_weight_with(data, "Object#rperf_child_in_window"))
+    RUBY
+    assert_child_ok(run)
+    assert_operator(run.report["probe"], :>, 0, run.describe)
+    assert_operator(run.report["window"], :>=, run.report["probe"], run.describe)
+  end
+
   def test_a_window_holds_a_running_childs_windows
     run = run_child(<<~'RUBY', env: { "RPERF_WINDOW_SECONDS" => "0.1" })
       require "rperf/window"

@@ -84,7 +84,9 @@ module Rperf
     # if it stopped meanwhile). The window is closed afterwards.
     def close
       parts = Rperf._c_window_close(@mark)
-      __read_children(@dir) if @dir
+      # the run's first fork may have made the directory since the open
+      dir = @dir || Rperf.__children_dir
+      __read_children(dir) if dir
       @lock.synchronize { build(parts, @children) }
     ensure
       Window.__forget(self)
