@@ -121,8 +121,11 @@ class TestCLI < Test::Unit::TestCase
     assert_usage_error(%w[record -m alloc --alloc-interval 0], /\Arperf: --alloc-interval must be an integer #{range}, got "0"$/)
     assert_usage_error(%w[record -m alloc --alloc-interval x], /--alloc-interval must be an integer #{range}, got "x"$/)
     assert_usage_error(%w[record -m alloc --alloc-interval 1073741825], /--alloc-interval must be an integer #{range}, got "1073741825"$/)
-    assert_usage_error(%w[record --alloc-interval 64], /\Arperf: --alloc-interval needs -m alloc$/)
-    assert_usage_error(%w[record -m wall --alloc-interval 64], /\Arperf: --alloc-interval needs -m alloc$/)
+    assert_usage_error(%w[record --alloc-interval 64], /\Arperf: --alloc-interval needs -m alloc or --allocations$/)
+    assert_usage_error(%w[record -m wall --alloc-interval 64], /\Arperf: --alloc-interval needs -m alloc or --allocations$/)
+    assert_usage_error(%w[record -m alloc --allocations],
+                       /\Arperf: --allocations is for -m cpu or wall \(-m alloc samples allocations alone\)$/)
+    assert_usage_error(%w[stat --allocations], /\Arperf: invalid option: --allocations$/)
     %w[stat exec].each do |sub|
       assert_usage_error([sub, "-m", "alloc"], /\Arperf: mode must be cpu or wall, got "alloc" \(alloc: record only\)$/)
       assert_usage_error([sub, "--alloc-interval", "5"], /\Arperf: invalid option: --alloc-interval$/)
@@ -151,6 +154,34 @@ class TestCLI < Test::Unit::TestCase
       # flat column: 300,000 Arrays from two processes, estimated one in 64
       assert_in_delta(want, Integer(line.split.first), want * 0.08, line)
     end
+  end
+
+  # --allocations beside cpu time, a forked child included: either profile
+  # comes out of the one run, chosen with --sample-index.
+  def test_record_allocations_beside_time_end_to_end
+    prog = "def cli_keep(k, n) = n.times { |i| k << [i] }\n" \
+           "def cli_spin = (t = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID); " \
+           "nil while Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID) - t < 0.1)\n" \
+           "k = []; cli_keep(k, 200_000); cli_spin\n" \
+           "Process.wait(fork { j = []; cli_keep(j, 100_000) })\n"
+    out, err, st = rperf("record", "--allocations", "-m", "wall", "--alloc-interval", "128",
+                         "/bin/sh", "-c", 'echo "$RPERF_MODE $RPERF_ALLOCATIONS $RPERF_ALLOC_INTERVAL"')
+    assert_equal([0, "wall 1 128\n"], [st.exitstatus, out], err)
+    _, err, st = rperf("record", "--allocations", "--alloc-interval", "64", "--sample-index", "alloc_objects",
+                       "-o", "heap.pb.gz", "ruby", "-e", prog)
+    assert_equal(0, st.exitstatus, err)
+    out, err, st = rperf("report", "--top", "heap.pb.gz")
+    assert_equal(0, st.exitstatus, err)
+    assert_match(/^Type: alloc_objects \(count\)$/, out)
+    line = out.lines.find { |l| l.include?("Object#cli_keep") }
+    assert_not_nil(line, out)
+    assert_in_delta(300_000, Integer(line.split.first), 300_000 * 0.08, line)
+    _, err, st = rperf("record", "--allocations", "-o", "time.pb.gz", "ruby", "-e", prog)
+    assert_equal(0, st.exitstatus, err)
+    out, err, st = rperf("report", "--top", "time.pb.gz")
+    assert_equal(0, st.exitstatus, err)
+    assert_match(/^Type: cpu/, out)
+    assert_match(/Object#cli_spin/, out)
   end
 
   def test_record_sample_index_time

@@ -16,8 +16,9 @@
 # the directory. Directories of runs whose CLI is gone are removed at the
 # next start. `record -m alloc` samples allocations instead of time
 # (RPERF_MODE=alloc, and RPERF_ALLOC_INTERVAL from --alloc-interval): the
-# processes write heap profiles, merged like time profiles; --sample-index
-# names the sample type written (report/diff: the type read).
+# processes write heap profiles, merged like time profiles; `record
+# --allocations` samples them beside cpu or wall time (RPERF_ALLOCATIONS=1);
+# --sample-index names the sample type written (report/diff: the type read).
 # It exits with the command's status (a command killed by a
 # signal kills the CLI with the same signal). report/diff read profile files
 # in-process through Rperf::Report (ruby/lib/rperf/report.rb; no Go): a
@@ -51,7 +52,7 @@ module Rperf
     # Variables the CLI owns: unset in the command's environment unless set.
     ENV_KEYS = %w[RPERF_ENABLED RPERF_MODE RPERF_FREQUENCY RPERF_OUTPUT RPERF_FORMAT RPERF_SIGNAL
                   RPERF_BACKEND RPERF_AGGREGATE RPERF_STAT RPERF_VERBOSE RPERF_STAT_COMMAND
-                  RPERF_STAT_REPORT RPERF_CHILD_DIR RPERF_ALLOC_INTERVAL].freeze
+                  RPERF_STAT_REPORT RPERF_CHILD_DIR RPERF_ALLOC_INTERVAL RPERF_ALLOCATIONS].freeze
     # -m values: record takes alloc too (allocation sampling; the time modes
     # are what stat/exec report on).
     MODES = %w[cpu wall].freeze
@@ -108,7 +109,7 @@ module Rperf
     end
 
     Settings = Struct.new(:subcommand, :output, :frequency, :mode, :format, :print, :signal,
-                          :backend, :aggregate, :verbose, :report, :alloc_interval, :sample_index)
+                          :backend, :aggregate, :verbose, :report, :alloc_interval, :sample_index, :allocations)
     # report/diff: view :top or :text, rows, filters, the sample type read.
     ReportSettings = Struct.new(:subcommand, :view, :top, :focus, :ignore, :threads, :labels, :sample_index)
     REPORT_SUBCOMMANDS = %w[report diff].freeze
@@ -222,10 +223,13 @@ module Rperf
         op.on("-f", "--frequency HZ", "samples per second, 1..#{MAX_FREQUENCY} (default 1000)") { |v| s.frequency = v }
         if sub == "record"
           op.on("-m", "--mode MODE", "cpu, wall or alloc (allocations; default cpu)") { |v| s.mode = v }
-          op.on("--alloc-interval N", "with -m alloc: sample one allocation in N on average " \
+          op.on("--allocations", "with -m cpu or wall: sample allocations too " \
+                                 "(--sample-index chooses the profile written)") { s.allocations = true }
+          op.on("--alloc-interval N", "with -m alloc or --allocations: sample one allocation in N on average " \
                                       "(1..#{MAX_ALLOC_INTERVAL}; default: the library's)") { |v| s.alloc_interval = v }
-          op.on("--sample-index TYPE", "the output's sample type: time (cpu, wall), or with -m alloc " \
-                                       "#{SAMPLE_INDEXES.drop(1).join(', ')} (default inuse_space)") { |v| s.sample_index = v }
+          op.on("--sample-index TYPE", "the output's sample type: time (cpu, wall), or with -m alloc or " \
+                                       "--allocations #{SAMPLE_INDEXES.drop(1).join(', ')} " \
+                                       "(-m alloc's default inuse_space)") { |v| s.sample_index = v }
         else
           op.on("-m", "--mode MODE", "cpu or wall (default wall)") { |v| s.mode = v }
         end
@@ -429,13 +433,19 @@ module Rperf
           raise UsageError.new("--alloc-interval must be an integer 1..#{MAX_ALLOC_INTERVAL}, " \
                                "got #{s.alloc_interval.inspect}", sub)
         end
-        raise UsageError.new("--alloc-interval needs -m alloc", sub) unless s.mode == "alloc"
+        raise UsageError.new("--alloc-interval needs -m alloc or --allocations", sub) unless s.mode == "alloc" || s.allocations
 
         s.alloc_interval = n
       end
+      if s.allocations && s.mode == "alloc"
+        raise UsageError.new("--allocations is for -m cpu or wall (-m alloc samples allocations alone)", sub)
+      end
       return unless s.sample_index
 
-      wanted = s.mode == "alloc" ? SAMPLE_INDEXES.drop(1) : ["time"]
+      wanted = if s.mode == "alloc" then SAMPLE_INDEXES.drop(1)
+               elsif s.allocations then ["time", *SAMPLE_INDEXES.drop(1)]
+               else ["time"]
+               end
       return if wanted.include?(s.sample_index)
 
       raise UsageError.new("--sample-index must be #{wanted[0..-2].join(', ')}#{' or ' if wanted.size > 1}" \
@@ -521,6 +531,7 @@ module Rperf
       env["RPERF_SIGNAL"] = s.signal
       env["RPERF_BACKEND"] = s.backend
       env["RPERF_ALLOC_INTERVAL"] = s.alloc_interval.to_s if s.alloc_interval
+      env["RPERF_ALLOCATIONS"] = "1" if s.allocations
       env["RPERF_AGGREGATE"] = "0" unless s.aggregate
       env["RPERF_VERBOSE"] = "1" if s.verbose
       env
