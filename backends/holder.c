@@ -33,7 +33,10 @@
  *    new thread's native thread sets it to itself on start-up, before it
  *    waits for the GVL (ruby_thread_set_native). So the trigger is exact
  *    unless (a) a thread announced by STARTED has not had its first turn yet
- *    (rperf_engine_unsettled_threads), (b) the holder resumed less than
+ *    (rperf_engine_unsettled_threads) and the holder took its GVL less
+ *    than SETTLE_NS after the latest STARTED (only a holder creates
+ *    threads, so a later acquisition came after the new native threads'
+ *    start-ups and set running_ec back: direct_trigger_exact), (b) the holder resumed less than
  *    GUARD_NS ago (Ruby may set running_ec just after RESUMED), or (c) the
  *    main Ractor runs M:N threads (RUBY_MN_THREADS=1: running_ec is cleared
  *    while a thread switches away, which can race with the next holder).
@@ -86,6 +89,7 @@
 #include <unistd.h>
 
 #define GUARD_NS 5000LL           /* a holder this fresh gets the signal */
+#define SETTLE_NS 2000000LL       /* a new native thread's start-up, at most */
 #define MAX_SLOTS 4096            /* native threads tracked at once */
 
 /* HOLDS_NEW: another Ractor's thread whose Ractor has no number yet; the
@@ -326,10 +330,18 @@ static void clear_table(void)
 
 /* ---- delivery (timer thread) ------------------------------------------------ */
 
+/* Timer thread: whether a direct trigger reaches main holder `since`
+ * (its RESUMED time, 0: attached). While threads announced by STARTED have
+ * not had their first turn, one of them may still set running_ec to itself
+ * on start-up; a holder that took its GVL SETTLE_NS after the latest
+ * STARTED is taken to have come after every such start-up (its
+ * acquisition then set running_ec back to itself), the self-check in
+ * deliver catching a start-up slower than that. */
 static bool direct_trigger_exact(int64_t since, int64_t now)
 {
-    return !mn_main && rperf_engine_unsettled_threads() == 0 &&
-           (since == 0 || now - since >= GUARD_NS);
+    if (mn_main || (since != 0 && now - since < GUARD_NS)) return false;
+    if (rperf_engine_unsettled_threads() == 0) return true;
+    return since != 0 && since - rperf_engine_last_thread_start() >= SETTLE_NS;
 }
 
 /* Timer thread only: each slot's thread CPU time at the previous check,

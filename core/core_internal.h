@@ -413,6 +413,9 @@ typedef struct rperf_engine {
     _Atomic uint64_t timer_overruns;
     _Atomic uint32_t thread_seq;
     _Atomic int unsettled;              /* created (STARTED), not yet run or exited */
+    /* CLOCK_MONOTONIC of the run's latest STARTED (0: none): stored before
+     * `unsettled` is raised, read after it (rperf_engine_last_thread_start) */
+    _Atomic int64_t last_start_mono;
     _Atomic int thread_new_failed;      /* a thread of this run went unprofiled */
     /* deferred run: threads inside profile blocks (not muted); while it
      * is 0 no tick is taken (rperf_engine_tick_sigsafe) */

@@ -210,6 +210,11 @@ int rperf_engine_unsettled_threads(void)
     return atomic_load_explicit(&rperf__engine.unsettled, memory_order_acquire);
 }
 
+int64_t rperf_engine_last_thread_start(void)
+{
+    return atomic_load_explicit(&rperf__engine.last_start_mono, memory_order_relaxed);
+}
+
 uint64_t rperf_engine_ticks_unconsumed(void)
 {
     return atomic_load_explicit(&rperf__engine.outstanding, memory_order_relaxed);
@@ -265,6 +270,7 @@ int rperf_engine_start(const rperf_config_t *cfg, rperf_thread_t **caller,
     atomic_store(&rperf__engine.tick_first_mono, 0);
     atomic_store(&rperf__engine.thread_seq, 0);
     atomic_store(&rperf__engine.unsettled, 0);
+    atomic_store(&rperf__engine.last_start_mono, 0);
     atomic_store(&rperf__engine.thread_new_failed, 0);
     atomic_store(&rperf__engine.profiled_threads, 0);
     atomic_store(&rperf__engine.dropped_retired, 0);

@@ -325,6 +325,12 @@ void rperf_engine_ticker_poke(void);
  * had their first turn (RESUMED) yet nor exited. While one exists, Ruby
  * 3.3's main-Ractor running_ec may name it instead of the GVL holder. */
 int rperf_engine_unsettled_threads(void);
+/* any context: CLOCK_MONOTONIC of the run's latest STARTED (0: none). Only
+ * the holder of a Ractor's GVL creates its threads, so a holder that took
+ * its GVL well after this saw every earlier new native thread set
+ * running_ec before its own acquisition set it back (read after
+ * rperf_engine_unsettled_threads). */
+int64_t rperf_engine_last_thread_start(void);
 /* GVL held: no thread of this run failed to get state (out of memory). A
  * Ruby thread with no token of this run was then never met: it has not
  * held its GVL since the start, so it has not exited either. */

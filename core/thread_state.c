@@ -115,7 +115,10 @@ rperf_thread_t *rperf_thread_new(rperf_thread_origin_t origin)
     pt->fresh = origin == RPERF_THREAD_CREATED;
     pt->head = RPERF_HEAD_EXACT;
     pt->muted = rperf__engine.cfg.deferred || rperf__engine.cfg.alloc_only;
-    if (pt->fresh) atomic_fetch_add_explicit(&rperf__engine.unsettled, 1, memory_order_release);
+    if (pt->fresh) {
+        atomic_store_explicit(&rperf__engine.last_start_mono, rperf__mono_ns(), memory_order_relaxed);
+        atomic_fetch_add_explicit(&rperf__engine.unsettled, 1, memory_order_release);
+    }
     rperf_thread_t *head = atomic_load_explicit(&rperf__threads, memory_order_relaxed);
     do {
         atomic_store_explicit(&pt->next, head, memory_order_relaxed);
