@@ -522,10 +522,10 @@ VALUE rperf_rb_window_take(void)
     return data;
 }
 
-int rperf_rb_window_pause(bool heap)
+/* The lifecycle lock held: the run paused, or why not (the lock given
+ * back then). */
+static int window_pause_locked(bool heap)
 {
-    fork_reset_if_needed();
-    lifecycle_lock();
     if (!rperf_engine_running()) {
         lifecycle_unlock(Qnil);
         return RPERF_RB_PAUSE_NOT_RUNNING;
@@ -538,6 +538,25 @@ int rperf_rb_window_pause(bool heap)
     rperf_engine_pause();
     if (heap) rperf_rb_alloc_close();
     return RPERF_RB_PAUSE_OK;
+}
+
+int rperf_rb_window_pause(bool heap)
+{
+    fork_reset_if_needed();
+    lifecycle_lock();
+    return window_pause_locked(heap);
+}
+
+/* GVL held, main Ractor, from a postponed job (window_send.c): as
+ * rperf_rb_window_pause, but RPERF_RB_PAUSE_BUSY instead of waiting for
+ * a start, stop or snapshot in progress, and nothing in a fork child not
+ * reset yet (the parent's run). */
+int rperf_rb_window_try_pause(bool heap)
+{
+    int free_now = 0;
+    if (rperf_engine_needs_fork_reset()) return RPERF_RB_PAUSE_NOT_RUNNING;
+    if (!atomic_compare_exchange_strong(&lifecycle_busy, &free_now, 1)) return RPERF_RB_PAUSE_BUSY;
+    return window_pause_locked(heap);
 }
 
 void rperf_rb_window_resume(bool heap)
@@ -622,6 +641,8 @@ static VALUE c_children_dir_made(VALUE self)
     if (run_has_children) finish_at_exit = 1;
     return Qnil;
 }
+
+bool rperf_rb_run_has_children(void) { return run_has_children; }
 
 /* _c_window_readers(bool): Rperf::Window readers are open or not. */
 static VALUE c_window_readers(VALUE self, VALUE on)

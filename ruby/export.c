@@ -79,6 +79,9 @@ void rperf_rb_exporters_init(VALUE mRperf);
 VALUE rperf_rb_export_engine_file(VALUE name, VALUE path, VALUE data, VALUE opts);
 void *rperf_rb_export_detached_prepare(VALUE name, VALUE data, VALUE path, VALUE opts);
 int rperf_rb_export_detached_finish(void *handle, char *err, size_t errlen);
+void *rperf_rb_export_detached_prepare_memory(VALUE name, VALUE data, VALUE opts);
+int rperf_rb_export_detached_finish_memory(void *handle, unsigned char **out, size_t *len, char *err,
+                                           size_t errlen);
 
 /* ---- arena: stable pointers for phase-1 strings ---------------------------- */
 
@@ -1114,6 +1117,49 @@ rperf_rb_export_detached_finish(void *handle, char *err, size_t errlen)
     if (rc && err && errlen)
         snprintf(err, errlen, "%s", d->c.err);
     conv_free(&d->c);
+    free(d);
+    return rc;
+}
+
+/* The same to memory (window_send.c): prepared holding the GVL, with the
+ * compression the exporter gives its files (pprof: gzip); finished on any
+ * thread without the GVL into a malloc'd buffer handed to the caller
+ * (*out, to free()). */
+void *
+rperf_rb_export_detached_prepare_memory(VALUE name, VALUE data, VALUE opts)
+{
+    detached_t *d = rperf_rb_export_detached_prepare(name, data, Qnil, opts);
+    d->c.gzip = -1;
+    return d;
+}
+
+int
+rperf_rb_export_detached_finish_memory(void *handle, unsigned char **out, size_t *len, char *err,
+                                       size_t errlen)
+{
+    detached_t *d = handle;
+    conv_t *c = &d->c;
+    rperf_writer_t *w = NULL;
+    *out = NULL;
+    *len = 0;
+    int rc = rperf_writer_memory_open(&w);
+    if (rc == 0)
+        rc = rperf_export_to_writer(c->ops, &c->view, &c->opts, c->gzip, w, c->err, sizeof c->err);
+    else
+        snprintf(c->err, sizeof c->err, "out of memory");
+    if (rc == 0) {
+        *out = rperf_writer_memory_take(w, len);
+        if (!*out && *len == 0)
+            *out = malloc(1); /* an empty output is still an output */
+        if (!*out) {
+            rc = -ENOMEM;
+            snprintf(c->err, sizeof c->err, "out of memory");
+        }
+    }
+    if (rc && err && errlen)
+        snprintf(err, errlen, "%s", c->err);
+    rperf_writer_free(w);
+    conv_free(c);
     free(d);
     return rc;
 }

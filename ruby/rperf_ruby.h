@@ -135,6 +135,13 @@ void rperf_rb_windows_fold(bool ended);
 /* after the clear (worker still parked): heap windows' baselines are the
  * objects in use the clear kept */
 void rperf_rb_windows_rebase(void);
+/* GVL held, main Ractor, from a postponed job: Rperf._c_window_close's
+ * parts, or Qundef while a lifecycle call is in progress (the mark stays
+ * open); raises nothing for a mark object (window_send.c) */
+VALUE rperf_rb_window_close_try(VALUE mark);
+bool rperf_rb_window_mark_p(VALUE obj);
+/* window_send.c: a scrape's window closed and sent off the GVL */
+void rperf_rb_window_send_init(VALUE mRperf);
 
 /* api.c */
 /* inside GC: the GC running now is a major one */
@@ -146,11 +153,16 @@ bool rperf_rb_stop_for_exec(void);
 /* window_delta.c's pause: the run paused as a snapshot pauses it (the
  * lifecycle lock held until rperf_rb_window_resume), or why not (nothing
  * held then) */
-enum { RPERF_RB_PAUSE_OK, RPERF_RB_PAUSE_NOT_RUNNING, RPERF_RB_PAUSE_RAW };
+enum { RPERF_RB_PAUSE_OK, RPERF_RB_PAUSE_NOT_RUNNING, RPERF_RB_PAUSE_RAW, RPERF_RB_PAUSE_BUSY };
 /* heap: the live heap settled too, and allocation sampling paused until
  * the resume (as at a snapshot) */
 int rperf_rb_window_pause(bool heap);
 void rperf_rb_window_resume(bool heap);
+/* the same from a postponed job: RPERF_RB_PAUSE_BUSY rather than a wait */
+int rperf_rb_window_try_pause(bool heap);
+/* GVL held: the run going made a directory for its forked children's
+ * profiles (a window then holds their parts too) */
+bool rperf_rb_run_has_children(void);
 
 /* GVL held, main Ractor, postponed job: the window so far, cleared (nil:
  * nothing; Qundef: a lifecycle call is in progress). Never raises. */
@@ -182,6 +194,9 @@ VALUE rperf_rb_export_engine_file(VALUE name, VALUE path, VALUE data, VALUE opts
  * frees the handle; 0 or -errno with a message in err. */
 void *rperf_rb_export_detached_prepare(VALUE name, VALUE data, VALUE path, VALUE opts);
 int rperf_rb_export_detached_finish(void *handle, char *err, size_t errlen);
+void *rperf_rb_export_detached_prepare_memory(VALUE name, VALUE data, VALUE opts);
+int rperf_rb_export_detached_finish_memory(void *handle, unsigned char **out, size_t *len, char *err,
+                                           size_t errlen);
 
 /* decode.c (the pprof reader: Rperf._decode_pprof) */
 void rperf_rb_decode_init(VALUE mRperf);

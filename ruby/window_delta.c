@@ -231,6 +231,41 @@ static VALUE resume_paused(VALUE arg)
     return Qnil;
 }
 
+/* The mark's parts once it is closed (its last part built with the run
+ * paused), unlinked from the open ones. try: from a postponed job, where
+ * nothing may wait or raise: Qundef (left open) while a start, stop or
+ * snapshot is in progress, and a part that cannot be built (out of
+ * memory) is left out. */
+static VALUE close_mark(VALUE obj, window_mark_t *m, bool try)
+{
+    if (!m->open || m->pid != getpid()) return rb_ary_new();
+    VALUE parts = m->parts;
+    if (m->generation == rperf_result_generation()) {
+        int how = try ? rperf_rb_window_try_pause(m->since.heap) : rperf_rb_window_pause(m->since.heap);
+        if (how == RPERF_RB_PAUSE_BUSY) return Qundef;
+        if (how == RPERF_RB_PAUSE_OK && try) {
+            int state = 0;
+            VALUE part = rb_protect(build_since, (VALUE)m, &state);
+            rperf_rb_window_resume(m->since.heap);
+            if (state) rb_set_errinfo(Qnil);
+            else rb_ary_push(parts, part);
+        } else if (how == RPERF_RB_PAUSE_OK) {
+            rb_ary_push(parts, rb_ensure(build_paused, (VALUE)m, resume_paused, (VALUE)m));
+        } else if (how == RPERF_RB_PAUSE_NOT_RUNNING && rperf_engine_has_results() &&
+                   rperf_engine_config()->aggregate) {
+            /* stopped, not released yet: its results are still there */
+            int state = 0;
+            VALUE part = try ? rb_protect(build_since, (VALUE)m, &state) : build_since((VALUE)m);
+            if (state) rb_set_errinfo(Qnil);
+            else rb_ary_push(parts, part);
+        }
+    }
+    unlink_mark(m);
+    rb_ary_delete(registry, obj);
+    m->parts = rb_ary_new();
+    return parts;
+}
+
 /* Rperf._c_window_close(mark) -> [result, ...]: what the window saw, in
  * parts (one per table generation it spanned: a clear or a stop ends a
  * part). A mark closes once; a closed one, or one made in the parent of
@@ -238,23 +273,17 @@ static VALUE resume_paused(VALUE arg)
 static VALUE c_window_close(VALUE self, VALUE obj)
 {
     (void)self;
-    window_mark_t *m = rb_check_typeddata(obj, &mark_type);
-    if (!m->open || m->pid != getpid()) return rb_ary_new();
-    VALUE parts = m->parts;
-    if (m->generation == rperf_result_generation()) {
-        int how = rperf_rb_window_pause(m->since.heap);
-        if (how == RPERF_RB_PAUSE_OK) {
-            rb_ary_push(parts, rb_ensure(build_paused, (VALUE)m, resume_paused, (VALUE)m));
-        } else if (how == RPERF_RB_PAUSE_NOT_RUNNING && rperf_engine_has_results() &&
-                   rperf_engine_config()->aggregate) {
-            /* stopped, not released yet: its results are still there */
-            rb_ary_push(parts, build_since((VALUE)m));
-        }
-    }
-    unlink_mark(m);
-    rb_ary_delete(registry, obj);
-    m->parts = rb_ary_new();
-    return parts;
+    return close_mark(obj, rb_check_typeddata(obj, &mark_type), false);
+}
+
+bool rperf_rb_window_mark_p(VALUE obj)
+{
+    return rb_typeddata_is_kind_of(obj, &mark_type);
+}
+
+VALUE rperf_rb_window_close_try(VALUE obj)
+{
+    return close_mark(obj, rb_check_typeddata(obj, &mark_type), true);
 }
 
 void rperf_rb_window_delta_init(VALUE mRperf)

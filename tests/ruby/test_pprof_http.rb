@@ -7,7 +7,8 @@
 # purpose): a scraper that behaves like Grafana Alloy's pyroscope.scrape
 # (every 2 s, seconds=2, 200 and a valid pprof) whose windows add up to the
 # process's sampled time; four scrapes at once next to a user's
-# snapshot(clear: true); the 400/401/404/405/503 answers; the token; the
+# snapshot(clear: true); an answer sent while the request's thread waits
+# for the GVL; the 400/401/404/405/503 answers; the token; the
 # bind address; a silent client, a full listener, a client that leaves;
 # stop; a fork child; RPERF_SERVE and exit in child processes; a real Puma
 # cluster (the pinned gem, tests/ruby/servers_helper.rb; omitted when it is
@@ -24,6 +25,9 @@ require "rperf/report"
 require "net/http"
 require "socket"
 require "stringio"
+
+PROBE_SO = File.join(File.dirname(RPERF_BUILD_LIB), "tests", "ext", "eintr_probe.so")
+require PROBE_SO
 
 # 30,000 Strings kept (the heap routes' test)
 def heap_route_strings(keep) = 300.times { keep << Array.new(100) { |i| i.to_s } }
@@ -435,6 +439,37 @@ class TestPprofHttp < Test::Unit::TestCase
       # would leave the user's windows with less than one scrape holds
       assert_operator(work, :<=, user_work, "scrape #{i} vs the user's windows")
     end
+  end
+
+  # A profile's answer does not wait for its request's thread: another
+  # thread holds the GVL past the window's end in a C call that never
+  # checks interrupts (as a busy application can keep the request's thread
+  # from the GVL for a time slice of every thread). When that call
+  # returns, Ruby runs pending postponed jobs before it hands the GVL on,
+  # so the listener's job closes the window there and the send's thread
+  # writes the answer; the request's thread, back after that, finds it
+  # sent (ruby/window_send.c).
+  def test_a_window_is_answered_while_its_thread_waits_for_the_gvl
+    Rperf.start(mode: :cpu, frequency: 1000)
+    server = serve
+    waiting = Queue.new
+    outcomes = Queue.new
+    server.singleton_class.prepend(Module.new do
+      define_method(:wait_client) do |*args|
+        waiting << true
+        super(*args)
+      end
+      define_method(:send_window) { |*args| super(*args).tap { |o| outcomes << o } }
+    end)
+    client = Thread.new { get(server, "/debug/pprof/profile?seconds=1") }
+    assert(waiting.pop(timeout: DEADLINE), "the request's window is open and its send made")
+    rperf_work_a(0.05)
+    EintrProbe.run("nanosleep", 2000, 5) # the GVL held for 2 s
+    res = client.join(DEADLINE)&.value
+    assert_equal(:sent, outcomes.pop(timeout: DEADLINE), "answered by the send, not by the request's thread")
+    assert_equal("200", res&.code, res&.body)
+    assert_equal('attachment; filename="profile"', res["content-disposition"])
+    assert_operator(weight(pprof(res.body).data, "Object#rperf_work_a"), :>, 0)
   end
 
   def test_listener_answers

@@ -140,11 +140,11 @@ module Rperf
       end
 
       begin
-        data = window_data(env, seconds, %i[inuse_space alloc_space].include?(format))
+        data = window_data(env, seconds, %i[inuse_space alloc_space].include?(format), format)
       ensure
         give_slot
       end
-      return data if data.is_a?(Array) # 503, or the client left
+      return data if data.is_a?(Array) # 503, the client left, or sent already
 
       case format
       when :pprof then pprof_response(data)
@@ -155,19 +155,29 @@ module Rperf
 
     # The result Hash of the next `seconds` (with its allocations when
     # `heap`), or a response when there is none (profiling off, the run
-    # samples no allocations, the server stopping, the client gone).
-    def window_data(env, seconds, heap)
+    # samples no allocations, the server stopping, the client gone, or the
+    # listener's send answered the request already: SENT).
+    def window_data(env, seconds, heap, format)
       demand = @start && OnDemand.acquire(@start)
       begin
         window = open_window(heap)
         return window if window.is_a?(Array)
 
         outcome = :done
+        data = nil
+        closed = false
         begin
-          outcome = wait(env, seconds)
+          # an on-demand run stops before its request is answered
+          outcome = demand ? nil : send_window(env, window, seconds, format)
+          if outcome == :sent || outcome.is_a?(Array)
+            closed = true
+            data = window.__close_sent(outcome.is_a?(Array) ? outcome : nil)
+          end
+          outcome = wait(env, seconds) if outcome.nil?
         ensure
-          data = window.close # always: an open window costs every clearing snapshot
+          data = window.close unless closed # always: an open window costs every clearing snapshot
         end
+        return SENT if outcome == :sent
         return text(503, "rperf: server stopping") if outcome == :stopping
         return text(499, "rperf: client closed the connection") if outcome == :gone
 
@@ -175,6 +185,21 @@ module Rperf
       ensure
         OnDemand.release if demand
       end
+    end
+
+    # The listener's send (Rperf::Server, "rperf.send"): a pprof window
+    # ended and written to the client by C without waiting for the GVL.
+    # nil when it is not used (not the listener, not a pprof, HEAD, a
+    # window with children, an on-demand run): the caller waits. Otherwise how the wait
+    # ended: :sent (answered), :done/:gone/:stopping (the window is the
+    # caller's to close), or the window's parts (closed by the send; the
+    # caller answers from them).
+    def send_window(env, window, seconds, format)
+      sender = env["rperf.send"]
+      return nil unless sender && format != :html && env["REQUEST_METHOD"] == "GET"
+
+      opts = format == :pprof ? nil : { sample_type: format }.freeze
+      sender.call(window, seconds, pprof_headers(format == :pprof ? "profile" : memory_filename(format)), opts)
     end
 
     def open_window(heap)
@@ -215,12 +240,18 @@ module Rperf
       @lock.synchronize { @profiles -= 1 }
     end
 
+    # What Rperf::Server#handle leaves unanswered: the send wrote it.
+    SENT = [:sent, {}.freeze, [].freeze].freeze
+
+    def pprof_headers(filename)
+      { "content-type" => "application/octet-stream",
+        "content-disposition" => %(attachment; filename="#{filename}"),
+        "x-content-type-options" => "nosniff", "cache-control" => "no-store" }
+    end
+
     def pprof_response(data)
       body = Rperf.gzip(Rperf._encode("pprof", data, nil))
-      [200, { "content-type" => "application/octet-stream",
-              "content-disposition" => 'attachment; filename="profile"',
-              "x-content-type-options" => "nosniff", "cache-control" => "no-store",
-              "content-length" => body.bytesize.to_s }, [body]]
+      [200, pprof_headers("profile").merge("content-length" => body.bytesize.to_s), [body]]
     end
 
     def html_response(data)
@@ -279,12 +310,13 @@ module Rperf
                 "(Rperf.start(mode: :alloc) or allocations: true)#{hint}")
     end
 
+    def memory_filename(type)
+      type == :inuse_space ? "heap" : "allocs"
+    end
+
     def memory_response(data, type)
       body = Rperf.gzip(Rperf::PProf.encode(data, sample_type: type))
-      [200, { "content-type" => "application/octet-stream",
-              "content-disposition" => %(attachment; filename="#{type == :inuse_space ? 'heap' : 'allocs'}"),
-              "x-content-type-options" => "nosniff", "cache-control" => "no-store",
-              "content-length" => body.bytesize.to_s }, [body]]
+      [200, pprof_headers(memory_filename(type)).merge("content-length" => body.bytesize.to_s), [body]]
     end
 
     # ---- index -------------------------------------------------------------

@@ -25,7 +25,9 @@
 # ever holds an application thread or the listener. The thread that
 # accepts a connection handles it, and a new thread takes over accepting:
 # the request is read and its window opened without waiting for another
-# thread's first turn on the GVL (a time slice of every busy thread). A fork child closes
+# thread's first turn on the GVL (a time slice of every busy thread); a
+# pprof window's end and answer are left to C (send_window), so they do
+# not wait for this thread's turn either. A fork child closes
 # its inherited copies of the sockets (ServeForkHook): the root's listener
 # stays the only one on the port. Every listener is stopped at exit.
 
@@ -327,8 +329,9 @@ module Rperf
         env = parse(head, sock)
         status, headers, body = env.is_a?(Hash) ? call_app(env) : env
         # 499: the client left while its profile was taken; nobody to answer
+        # (:sent: the send answered already)
         head_only = env.is_a?(Hash) && env["REQUEST_METHOD"] == "HEAD"
-        respond(sock, status, headers, body, head_only: head_only) unless status == 499
+        respond(sock, status, headers, body, head_only: head_only) unless status == 499 || status == :sent
       end
     rescue IOError, SystemCallError
       nil # the client went away or stop closed the socket
@@ -433,7 +436,48 @@ module Rperf
         "QUERY_STRING" => utf8(query), "SERVER_NAME" => @host,
         "SERVER_PORT" => @port.to_s, "SERVER_PROTOCOL" => version, "REMOTE_ADDR" => remote_addr(sock),
         "rack.url_scheme" => "http", "rack.input" => StringIO.new(+""), "rack.errors" => $stderr,
-        "rperf.wait" => ->(seconds) { wait_client(sock, seconds) } }
+        "rperf.wait" => ->(seconds) { wait_client(sock, seconds) },
+        "rperf.send" => ->(window, seconds, headers, opts) { send_window(sock, window, seconds, headers, opts) } }
+    end
+
+    # PprofApp's "rperf.send": the window's end and its pprof response left
+    # to C (ruby/window_send.c): at the end a postponed job closes the
+    # window on whichever thread holds the GVL and a thread of its own
+    # writes the response, so the answer does not wait for this thread to
+    # get the GVL back (a time slice of every busy thread). This thread
+    # waits as for any profile, then claims the window if nobody took it
+    # (an idle process runs no job), or cancels it if the client left or
+    # the listener stops. Returns nil (not sent: a window with children,
+    # or no thread could be made), :sent, the wait's outcome when the
+    # window is the caller's, or the parts the job closed it with when
+    # the caller must answer (see PprofApp#send_window).
+    def send_window(sock, window, seconds, headers, opts)
+      mark = window.__mark_alone
+      return nil unless mark
+
+      done_r, done_w = IO.pipe
+      sending = Rperf._c_send_window(mark, seconds, sock.fileno, done_w.fileno, head(200, headers), opts,
+                                     @write_timeout)
+      return nil unless sending
+
+      outcome = wait_client(sock, seconds)
+      return outcome if Rperf._c_send_take(sending, outcome != :done)
+
+      Rperf._c_send_abort(sending) unless outcome == :done
+      wait_sent(sending, done_r)
+      Rperf._c_send_state(sending) == :ruby ? Rperf._c_send_parts(sending) : :sent
+    ensure
+      Rperf._c_send_finish(sending) if sending
+      [done_r, done_w].each { |io| io&.close }
+    end
+
+    # Until the send's thread is done: its write has a deadline of its own;
+    # a listener that stops aborts it.
+    def wait_sent(sending, done_r)
+      ready = IO.select([done_r, @wake_r], nil, nil, @write_timeout + 1)
+      return if ready && ready[0].include?(done_r)
+
+      Rperf._c_send_abort(sending)
     end
 
     # Request bytes as a String of the encoding Rack servers give (UTF-8
@@ -465,13 +509,19 @@ module Rperf
                  "content-length" => body.bytesize.to_s }, [body]]
     end
 
-    def respond(sock, status, headers, body, head_only: false)
+    # The status line and header lines of a response, but `connection`.
+    def head(status, headers)
       out = String.new("HTTP/1.1 #{status} #{REASONS.fetch(status, 'Unknown')}\r\n", encoding: Encoding::BINARY)
       headers.each do |k, v|
         next if k.to_s.casecmp?("connection") || v.to_s.match?(/[\r\n]/)
 
         out << "#{k}: #{v}\r\n".b
       end
+      out
+    end
+
+    def respond(sock, status, headers, body, head_only: false)
+      out = head(status, headers)
       out << "connection: close\r\n\r\n"
       body.each { |chunk| out << chunk.b } unless head_only
       body.close if body.respond_to?(:close)

@@ -92,6 +92,26 @@ module Rperf
       Window.__forget(self)
     end
 
+    # For Rperf::Server's send (ruby/window_send.c), which closes the mark
+    # itself: the mark, unless the run had children when the window opened
+    # (their parts are read here; the send's job hands a window of a run
+    # that made its children's directory since back as parts).
+    def __mark_alone
+      @dir ? nil : @mark
+    end
+
+    # The window's end when the send's job closed its mark: the result of
+    # the parts it handed back (nil: none wanted). The window is closed.
+    def __close_sent(parts)
+      return nil unless parts
+
+      dir = Rperf.__children_dir
+      __read_children(dir) if dir
+      @lock.synchronize { build(parts, @children) }
+    ensure
+      Window.__forget(self)
+    end
+
     def __read_children(dir)
       @lock.synchronize do
         names = child_names(dir).reject { |n| @seen[n] }
