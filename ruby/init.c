@@ -22,6 +22,7 @@ RUBY_FUNC_EXPORTED void Init_rperf(void)
     rperf_rb_profile_init(rperf_rb_mRperf);
     rperf_rb_child_windows_init(rperf_rb_mRperf);
     rperf_rb_window_send_init(rperf_rb_mRperf);
+    rperf_rb_serve_accept_init(rperf_rb_mRperf);
     rperf_rb_window_delta_init(rperf_rb_mRperf);
     rperf_rb_api_init(rperf_rb_mRperf);
     rperf_rb_exec_init();

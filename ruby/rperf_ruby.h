@@ -5,6 +5,7 @@
 #ifndef RPERF_RUBY_H
 #define RPERF_RUBY_H
 
+#include <pthread.h>
 #include <ruby/ruby.h>
 #include <ruby/debug.h>
 #include <ruby/thread.h>
@@ -140,8 +141,20 @@ void rperf_rb_windows_rebase(void);
  * open); raises nothing for a mark object (window_send.c) */
 VALUE rperf_rb_window_close_try(VALUE mark);
 bool rperf_rb_window_mark_p(VALUE obj);
+/* CLOCK_MONOTONIC of a mark's start (its baseline's pause) */
+int64_t rperf_rb_window_mark_start(VALUE mark);
+/* GVL held, main Ractor, from a postponed job: a time window's mark opened
+ * now, or nil (no run, a lifecycle call in progress, ...); never raises */
+VALUE rperf_rb_window_mark_try(void);
+/* GVL held: a mark nobody will read, closed without a result */
+void rperf_rb_window_discard(VALUE mark);
+/* serve_accept.c: Rperf::Server's accepting thread */
+void rperf_rb_serve_accept_init(VALUE mRperf);
 /* window_send.c: a scrape's window closed and sent off the GVL */
 void rperf_rb_window_send_init(VALUE mRperf);
+/* GVL held: a pthread made with every signal blocked (a helper thread of
+ * rperf's: process signals go to Ruby's threads); 0 or an errno */
+int rperf_rb_quiet_thread(pthread_t *t, void *(*fn)(void *), void *arg, bool detached);
 
 /* api.c */
 /* inside GC: the GC running now is a major one */

@@ -33,6 +33,7 @@ typedef struct window_mark {
     bool open;
     pid_t pid;
     uint64_t generation;
+    int64_t opened_mono;         /* CLOCK_MONOTONIC of the window's start */
     rperf_rb_since_t since;      /* weights owned (malloc) */
     VALUE parts;                 /* Array of results folded so far */
 } window_mark_t;
@@ -191,14 +192,39 @@ void rperf_rb_windows_rebase(void)
  * heap: the window's result has the allocations made and the change of
  * the objects in use (:allocations). RuntimeError when the run keeps raw
  * samples. */
-static VALUE c_window_mark(VALUE self, VALUE heap)
+/* A new mark object (not open yet). */
+static VALUE new_mark(bool heap, window_mark_t **out)
 {
-    (void)self;
     window_mark_t *m;
     VALUE obj = TypedData_Make_Struct(rb_cObject, window_mark_t, &mark_type, m);
     m->parts = rb_ary_new();
     m->pid = getpid();
-    m->since.heap = RTEST(heap);
+    m->since.heap = heap;
+    *out = m;
+    return obj;
+}
+
+/* With the run paused: the baseline taken and the mark opened, the run
+ * resumed. false: out of memory (nothing opened). */
+static bool open_paused(VALUE obj, window_mark_t *m)
+{
+    bool ok = take_baseline(m);
+    rperf_rb_window_resume(m->since.heap);
+    if (!ok) return false;
+    forget_if_forked();
+    m->opened_mono = m->since.stats.start_mono_ns;
+    m->open = true;
+    m->next = open_marks;
+    open_marks = m;
+    rb_ary_push(registry, obj);
+    return true;
+}
+
+static VALUE c_window_mark(VALUE self, VALUE heap)
+{
+    (void)self;
+    window_mark_t *m;
+    VALUE obj = new_mark(RTEST(heap), &m);
     switch (rperf_rb_window_pause(m->since.heap)) {
     case RPERF_RB_PAUSE_NOT_RUNNING: return Qnil;
     case RPERF_RB_PAUSE_RAW:
@@ -209,15 +235,55 @@ static VALUE c_window_mark(VALUE self, VALUE heap)
         rperf_rb_window_resume(true);
         return Qfalse;
     }
-    bool ok = take_baseline(m);
-    rperf_rb_window_resume(m->since.heap);
-    if (!ok) rb_memerror();
-    forget_if_forked();
-    m->open = true;
-    m->next = open_marks;
-    open_marks = m;
-    rb_ary_push(registry, obj);
+    if (!open_paused(obj, m)) rb_memerror();
     return obj;
+}
+
+/* GVL held, main Ractor, from a postponed job (serve_accept.c): a time
+ * window's mark opened now, or nil (no run, raw samples, a lifecycle call
+ * in progress, out of memory). Raises nothing. */
+VALUE rperf_rb_window_mark_try(void)
+{
+    window_mark_t *m;
+    VALUE obj = new_mark(false, &m);
+    if (rperf_rb_window_try_pause(false) != RPERF_RB_PAUSE_OK) return Qnil;
+    return open_paused(obj, m) ? obj : Qnil;
+}
+
+/* A mark nobody will read: closed without a result (nothing paused). */
+void rperf_rb_window_discard(VALUE obj)
+{
+    window_mark_t *m = rb_check_typeddata(obj, &mark_type);
+    if (!m->open || m->pid != getpid()) return;
+    unlink_mark(m);
+    rb_ary_delete(registry, obj);
+    m->parts = rb_ary_new();
+}
+
+static VALUE c_window_discard(VALUE self, VALUE obj)
+{
+    (void)self;
+    rperf_rb_window_discard(obj);
+    return Qnil;
+}
+
+/* Rperf._c_window_marks_open -> how many marks are open in this process
+ * (windows being read, and those the listener opened for requests it has
+ * not handed to Ruby yet). */
+static VALUE c_window_marks_open(VALUE self)
+{
+    (void)self;
+    forget_if_forked();
+    long n = 0;
+    for (window_mark_t *m = open_marks; m; m = m->next) n++;
+    return LONG2NUM(n);
+}
+
+/* Rperf._c_window_age(mark) -> seconds since the window's start. */
+static VALUE c_window_age(VALUE self, VALUE obj)
+{
+    (void)self;
+    return DBL2NUM((double)(rperf_mono_ns() - rperf_rb_window_mark_start(obj)) / 1e9);
 }
 
 static VALUE build_paused(VALUE arg)
@@ -281,6 +347,12 @@ bool rperf_rb_window_mark_p(VALUE obj)
     return rb_typeddata_is_kind_of(obj, &mark_type);
 }
 
+int64_t rperf_rb_window_mark_start(VALUE obj)
+{
+    window_mark_t *m = rb_check_typeddata(obj, &mark_type);
+    return m->opened_mono;
+}
+
 VALUE rperf_rb_window_close_try(VALUE obj)
 {
     return close_mark(obj, rb_check_typeddata(obj, &mark_type), true);
@@ -293,4 +365,7 @@ void rperf_rb_window_delta_init(VALUE mRperf)
     marks_pid = getpid();
     rb_define_module_function(mRperf, "_c_window_mark", c_window_mark, 1);
     rb_define_module_function(mRperf, "_c_window_close", c_window_close, 1);
+    rb_define_module_function(mRperf, "_c_window_age", c_window_age, 1);
+    rb_define_module_function(mRperf, "_c_window_discard", c_window_discard, 1);
+    rb_define_module_function(mRperf, "_c_window_marks_open", c_window_marks_open, 0);
 }

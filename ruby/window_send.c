@@ -43,6 +43,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,7 +59,7 @@ enum { S_WAITING, S_DUE, S_CLOSING, S_WRITING, S_SENT, S_FAILED, S_RUBY, S_CLAIM
 typedef struct send {
     struct send *next;            /* the sends in progress (GVL) */
     _Atomic int state;
-    VALUE self, mark, opts, parts;
+    VALUE mark, opts, parts;
     int64_t deadline_ns;
     int64_t write_timeout_ns;
     int sock, done_fd;            /* duplicates, owned */
@@ -70,7 +71,11 @@ typedef struct send {
     pthread_cond_t cond;          /* CLOCK_MONOTONIC */
     pthread_t thread;
     pid_t pid;                    /* the process that made the thread */
-    bool joined;
+    bool threaded;                /* a thread was made (detached) */
+    /* the Ruby object's and the thread's: the last one frees the send
+     * (the thread may outlive a finish, which never waits for it) */
+    _Atomic int refs;
+    bool listed;                  /* on `sends` (GVL) */
 } send_t;
 
 static rb_postponed_job_handle_t job_handle = POSTPONED_JOB_HANDLE_INVALID;
@@ -89,6 +94,30 @@ static int64_t mono_ns(void)
 static struct timespec at_ns(int64_t ns)
 {
     return (struct timespec){ .tv_sec = ns / 1000000000LL, .tv_nsec = ns % 1000000000LL };
+}
+
+static void close_fds(send_t *s)
+{
+    if (s->sock >= 0) close(s->sock);
+    if (s->done_fd >= 0) close(s->done_fd);
+    s->sock = s->done_fd = -1;
+}
+
+/* Any context, no Ruby API: one reference given back; the last frees. */
+static void release(send_t *s)
+{
+    if (atomic_fetch_sub(&s->refs, 1) != 1) return;
+    if (s->export) {              /* prepared, never written */
+        unsigned char *b = NULL;
+        size_t n = 0;
+        rperf_rb_export_detached_finish_memory(s->export, &b, &n, NULL, 0);
+        free(b);
+    }
+    close_fds(s);
+    free(s->head);
+    pthread_mutex_destroy(&s->lock);
+    pthread_cond_destroy(&s->cond);
+    free(s);
 }
 
 /* ---- the send's thread (no Ruby API) ----------------------------------- */
@@ -159,9 +188,10 @@ static void *send_main(void *arg)
     }
     pthread_mutex_unlock(&s->lock);
     if (atomic_load(&s->state) == S_WRITING) write_response(s);
-    char one = 1;
+    char one = 1;   /* the Ruby side may have closed its end: EPIPE, no signal here */
     while (write(s->done_fd, &one, 1) < 0 && errno == EINTR) {
     }
+    release(s);
     return NULL;
 }
 
@@ -169,7 +199,7 @@ static void *send_main(void *arg)
  * have been held by a thread that is gone). */
 static void wake(send_t *s)
 {
-    if (s->joined || s->pid != getpid()) return;
+    if (!s->threaded || s->pid != getpid()) return;
     pthread_mutex_lock(&s->lock);
     pthread_cond_signal(&s->cond);
     pthread_mutex_unlock(&s->lock);
@@ -255,25 +285,28 @@ static void send_compact(void *p)
     s->parts = rb_gc_location(s->parts);
 }
 
-static void close_fds(send_t *s)
+static void unlink_send(send_t *s)
 {
-    if (s->sock >= 0) close(s->sock);
-    if (s->done_fd >= 0) close(s->done_fd);
-    s->sock = s->done_fd = -1;
+    if (!s->listed) return;
+    s->listed = false;
+    if (sends_pid != getpid()) return;   /* the list is the parent's */
+    for (send_t **p = &sends; *p; p = &(*p)->next)
+        if (*p == s) {
+            *p = s->next;
+            break;
+        }
+    s->next = NULL;
 }
 
-/* Freed only once finished (the registry keeps a send in progress), or in
- * a fork child, where its thread does not exist. */
+/* The object's reference. In a fork child the thread's is never given
+ * back (it does not exist there; its lock may be held): that copy stays. */
 static void send_free(void *p)
 {
     send_t *s = p;
-    close_fds(s);
-    free(s->head);
-    if (s->joined) {              /* a fork child's copy may be locked */
-        pthread_mutex_destroy(&s->lock);
-        pthread_cond_destroy(&s->cond);
-    }
-    xfree(s);
+    unlink_send(s);
+    s->mark = s->opts = s->parts = Qnil;
+    if (s->threaded && s->pid != getpid()) return;
+    release(s);
 }
 
 static const rb_data_type_t send_type = {
@@ -289,9 +322,25 @@ static int dup_fd(VALUE fd)
     return fcntl(NUM2INT(fd), F_DUPFD_CLOEXEC, 0);
 }
 
+/* A thread with every signal blocked: process signals go to Ruby's
+ * threads, and a signal a write would raise stays with this one. */
+int rperf_rb_quiet_thread(pthread_t *t, void *(*fn)(void *), void *arg, bool detached)
+{
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    if (detached) pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    int rc = pthread_create(t, &attr, fn, arg);
+    pthread_attr_destroy(&attr);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return rc;
+}
+
 /* Rperf._c_send_window(mark, seconds, sock_fd, done_fd, head, opts,
- * write_timeout) -> a send, or nil (no thread could be made: the caller
- * waits and answers as without it). head: the response's status line and
+ * write_timeout) -> a send ending the window `seconds` from now, or nil
+ * (no thread could be made: the caller waits and answers as without it). head: the response's status line and
  * headers (CRLF each) but content-length and connection; opts: the pprof
  * exporter's (nil or {sample_type:}). */
 static VALUE c_send_window(VALUE self, VALUE mark, VALUE seconds, VALUE sock, VALUE done, VALUE head,
@@ -303,20 +352,20 @@ static VALUE c_send_window(VALUE self, VALUE mark, VALUE seconds, VALUE sock, VA
     double secs = NUM2DBL(seconds), wt = NUM2DBL(write_timeout);
     if (!(secs >= 0) || !(wt > 0)) rb_raise(rb_eArgError, "seconds and write_timeout must be positive");
     forget_if_forked();
-    send_t *s;
-    VALUE obj = TypedData_Make_Struct(rb_cObject, send_t, &send_type, s);
-    s->self = obj;
+    send_t *s = calloc(1, sizeof *s);
+    if (!s) rb_memerror();
     s->mark = mark;
     s->opts = opts;
     s->parts = Qnil;
     s->sock = s->done_fd = -1;
+    atomic_store(&s->refs, 1);
     pthread_mutex_init(&s->lock, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&s->cond, &ca);
     pthread_condattr_destroy(&ca);
-    s->joined = true;
+    VALUE obj = TypedData_Wrap_Struct(rb_cObject, &send_type, s);
     s->head = malloc((size_t)RSTRING_LEN(head) + 1);
     if (!s->head) rb_memerror();
     memcpy(s->head, RSTRING_PTR(head), (size_t)RSTRING_LEN(head));
@@ -327,11 +376,16 @@ static VALUE c_send_window(VALUE self, VALUE mark, VALUE seconds, VALUE sock, VA
     s->write_timeout_ns = (int64_t)(wt * 1e9);
     s->deadline_ns = mono_ns() + (int64_t)(secs * 1e9);
     atomic_store(&s->state, S_WAITING);
-    if (pthread_create(&s->thread, NULL, send_main, s) != 0) return Qnil;
-    s->joined = false;
+    atomic_store(&s->refs, 2);    /* the thread's */
+    if (rperf_rb_quiet_thread(&s->thread, send_main, s, true) != 0) {
+        atomic_store(&s->refs, 1);
+        return Qnil;
+    }
+    s->threaded = true;
     s->pid = getpid();
     s->next = sends;
     sends = s;
+    s->listed = true;
     rb_ary_push(registry, obj);
     return obj;
 }
@@ -380,40 +434,18 @@ static VALUE c_send_parts(VALUE self, VALUE obj)
     return get(obj)->parts;
 }
 
-static void *join_thread(void *arg)
-{
-    pthread_join(((send_t *)arg)->thread, NULL);
-    return NULL;
-}
-
-/* Rperf._c_send_finish(send) -> its state: its thread has ended (a send
- * neither taken nor written is cancelled first), its descriptors are
- * closed and it is off the list. Idempotent. */
+/* Rperf._c_send_finish(send) -> its state: a send neither taken nor
+ * written is cancelled (its thread quits), an answer still being written
+ * is cut, and it is off the list. Never waits for its thread (that would
+ * give up the GVL, and getting it back costs a time slice of every busy
+ * thread): the thread frees what it uses when it ends. Idempotent. */
 static VALUE c_send_finish(VALUE self, VALUE obj)
 {
     (void)self;
     send_t *s = get(obj);
     c_send_take(Qnil, obj, Qtrue);
-    c_send_abort(Qnil, obj);      /* an answer still being written is cut */
-    if (!s->joined && s->pid == getpid()) {
-        rb_thread_call_without_gvl(join_thread, s, NULL, NULL);
-        s->joined = true;
-    }
-    forget_if_forked();
-    for (send_t **p = &sends; *p; p = &(*p)->next)
-        if (*p == s) {
-            *p = s->next;
-            break;
-        }
-    s->next = NULL;
-    if (s->export) {              /* prepared, never written */
-        unsigned char *b = NULL;
-        size_t n = 0;
-        rperf_rb_export_detached_finish_memory(s->export, &b, &n, NULL, 0);
-        free(b);
-        s->export = NULL;
-    }
-    close_fds(s);
+    c_send_abort(Qnil, obj);
+    unlink_send(s);
     rb_ary_delete(registry, obj);
     return c_send_state(Qnil, obj);
 }

@@ -472,6 +472,45 @@ class TestPprofHttp < Test::Unit::TestCase
     assert_operator(weight(pprof(res.body).data, "Object#rperf_work_a"), :>, 0)
   end
 
+  # A profile's window starts when its request arrives, not when a Ruby
+  # thread of the listener gets the GVL: the accepting thread (C) reads the
+  # request line as it comes and has a postponed job open the window on
+  # whichever thread holds the GVL. Here that is this thread, which keeps
+  # the GVL from the request's first byte to the end (priority 3: an
+  # 800 ms time slice, then a C call that never checks interrupts, past
+  # the window's end): no listener thread runs meanwhile, yet the window
+  # opened before the C call, and the answer is sent when it returns.
+  def test_a_window_starts_when_its_request_arrives
+    Rperf.start(mode: :cpu, frequency: 1000)
+    server = serve
+    outcomes = Queue.new
+    server.singleton_class.prepend(Module.new do
+      define_method(:send_window) { |*args| super(*args).tap { |o| outcomes << o } }
+    end)
+    before = Rperf._c_window_marks_open
+    priority = Thread.current.priority
+    Thread.current.priority = 3
+    begin
+      sock = TCPSocket.new(server.host, server.port)
+      @sockets << sock
+      sock.write_nonblock("GET /debug/pprof/profile?seconds=1 HTTP/1.1\r\nHost: localhost\r\n\r\n")
+      opened = false
+      200_000.times do # Ruby code: the job runs here; no GVL release
+        break if (opened = Rperf._c_window_marks_open > before)
+      end
+      held_from = Process.clock_gettime(Process::CLOCK_REALTIME, :nanosecond)
+      EintrProbe.run("nanosleep", 1500, 5) # the GVL held past the window's end
+    ensure
+      Thread.current.priority = priority
+    end
+    assert(opened, "the window opened while this thread held the GVL")
+    head, body = read_all(sock).split("\r\n\r\n", 2)
+    assert_match(%r{\AHTTP/1\.1 200 }, head.to_s)
+    assert_equal(:sent, outcomes.pop(timeout: DEADLINE))
+    data = pprof(body.to_s).data
+    assert_operator(data[:start_time_ns], :<, held_from, "the window started before the listener's threads could run")
+  end
+
   def test_listener_answers
     server = serve
     # outside /debug/pprof: nothing is served
@@ -513,6 +552,16 @@ class TestPprofHttp < Test::Unit::TestCase
     assert_equal(["401", 'Bearer realm="rperf"'], [res.code, res["www-authenticate"]])
     assert_equal("401", get(server, "/debug/pprof/", "Authorization" => "Bearer tok-124").code)
     assert_equal("200", get(server, "/debug/pprof/", "Authorization" => "Bearer tok-123").code)
+    # a profile request without the token opens no window on its way in
+    # (the accepting thread checks the token before it asks for one)
+    Rperf.start(mode: :cpu)
+    open_before = Rperf._c_window_marks_open
+    ["", "Bearer tok-124", "Bearer tok-1234", "Basic tok-123"].each do |auth|
+      headers = auth.empty? ? {} : { "Authorization" => auth }
+      assert_equal("401", get(server, "/debug/pprof/profile?seconds=1", headers).code, auth)
+      assert_equal(open_before, Rperf._c_window_marks_open, "no window for #{auth.inspect}")
+    end
+    Rperf.stop
 
     # RPERF_SERVE_TOKEN is the default token
     begin
@@ -643,7 +692,9 @@ class TestPprofHttp < Test::Unit::TestCase
     Rperf.start(mode: :cpu)
     server = serve
     start_work
-    scrape = Thread.new { get(server, "/debug/pprof/profile?seconds=1") }
+    # the flame graph: its window is closed and encoded on the listener's
+    # thread (a pprof's mostly is not: a job and a thread of C do it)
+    scrape = Thread.new { get(server, "/debug/pprof/flamegraph?seconds=1") }
     assert(wait_profiles(server, 1))
     # the accepting thread and the one handling the profile (the index's
     # own thread may be gone already)

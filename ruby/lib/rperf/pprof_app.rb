@@ -49,6 +49,12 @@ module Rperf
 
     attr_reader :max_seconds, :max_profiles
 
+    # Rperf::Server's accepting thread opens a profile's window when the
+    # request arrives if it carries this token (nil: none is needed).
+    def __token
+      @token
+    end
+
     # token: a String every request must present as `Authorization: Bearer
     # TOKEN` (nil: none). start: nil (a request while profiling is off gets
     # 503), true or a Hash of Rperf.start options (such a request starts an
@@ -56,6 +62,7 @@ module Rperf
     # profile requests in progress at once; more get 503.
     def initialize(token: nil, start: nil, max_seconds: MAX_SECONDS, max_profiles: DEFAULT_MAX_PROFILES)
       @token_digest = token_digest(token)
+      @token = token
       @start = self.class.start_options(start)
       unless max_seconds.is_a?(Integer) && max_seconds.between?(1, 86_400)
         raise ArgumentError, "max_seconds must be an Integer from 1 to 86400, got #{max_seconds.inspect}"
@@ -160,8 +167,10 @@ module Rperf
     def window_data(env, seconds, heap, format)
       demand = @start && OnDemand.acquire(@start)
       begin
-        window = open_window(heap)
+        window = open_window(heap, env)
         return window if window.is_a?(Array)
+
+        seconds = window.__remaining(seconds)
 
         outcome = :done
         data = nil
@@ -202,9 +211,12 @@ module Rperf
       sender.call(window, seconds, pprof_headers(format == :pprof ? "profile" : memory_filename(format)), opts)
     end
 
-    def open_window(heap)
+    # The listener's accepting thread may have opened a time window when
+    # the request arrived ("rperf.premark"): the profile's span starts then.
+    def open_window(heap, env)
       require "rperf/window" # here, not at load: rperf.rb may load this file while it loads
-      Window.open(allocations: heap)
+      mark = heap ? nil : env.delete("rperf.premark")
+      mark ? Window.__adopt(mark) : Window.open(allocations: heap)
     rescue ArgumentError # a heap window of a run that samples no allocations
       no_memory_profile(@start ? " (serve with start: { allocations: true })" : "")
     rescue RuntimeError => e

@@ -18,17 +18,21 @@
 # elsewhere).
 #
 # Context: Rperf.serve and Server#stop run on any thread of the main
-# Ractor. The listener runs on threads of its own, all named "rperf-serve":
-# one accepts connections, and one per connection handles it (at most
-# max_connections; more are answered 503 at once), each read and write
-# under a deadline and woken by stop, so that no client, slow or silent,
-# ever holds an application thread or the listener. The thread that
-# accepts a connection handles it, and a new thread takes over accepting:
-# the request is read and its window opened without waiting for another
-# thread's first turn on the GVL (a time slice of every busy thread); a
-# pprof window's end and answer are left to C (send_window), so they do
-# not wait for this thread's turn either. A fork child closes
-# its inherited copies of the sockets (ServeForkHook): the root's listener
+# Ractor. Connections are accepted by a thread in C (ruby/serve_accept.c),
+# which needs no GVL and has a profile request's window opened the moment
+# the request arrives (a postponed job on whichever thread holds the
+# GVL). The Ruby threads, all named "rperf-serve": one takes what the C
+# thread accepted and hands each connection to the handler threads, kept
+# between connections (at most max_connections at once; more are answered
+# 503 at once), each read and write under a deadline and woken by stop, so
+# that no client, slow or silent, ever holds an application thread or the
+# listener. A pprof window's end and answer are left to C too
+# (send_window): a scrape of N seconds answers N seconds after its request
+# arrived, however long the busy threads keep these threads from the GVL
+# (as long as they get it once within the N seconds). Without the C thread
+# (it could not be made) the Ruby thread accepts, handles the connection
+# itself and a new thread takes over accepting. A fork child closes its
+# inherited copies of the sockets (ServeForkHook): the root's listener
 # stays the only one on the port. Every listener is stopped at exit.
 
 require "rperf" unless defined?(Rperf::VERSION)
@@ -46,6 +50,7 @@ module Rperf
     MAX_HEADERS = 64
     MAX_DISCARD_BYTES = 65_536  # what a client may send while its profile is taken
     STOP_WAIT = 5               # seconds stop waits for its threads
+    SEND_GRACE = 0.02           # seconds a window's end is left to the send's job
     QUIET_ACCEPT_ERRORS = [Errno::EMFILE, Errno::ENFILE, Errno::ENOBUFS, Errno::ENOMEM, Errno::ECONNABORTED,
                            Errno::EPROTO].freeze
     REASONS = { 200 => "OK", 400 => "Bad Request", 401 => "Unauthorized", 404 => "Not Found",
@@ -156,6 +161,8 @@ module Rperf
       @max_connections = max_connections
       @lock = Mutex.new
       @conns = {} # handler Thread => its socket
+      @work = Thread::Queue.new # [socket, mark] for the handler threads
+      @workers = []
       @stopped = false
       @server = TCPServer.new(host, port)
       @host = host
@@ -163,6 +170,9 @@ module Rperf
       # stop closes the write end: the read end then stays readable, which
       # wakes every IO.select of every listener thread at once
       @wake_r, @wake_w = IO.pipe
+      start_acceptor
+      # one handler waiting from the start: the first scrape makes no thread
+      @workers << named_thread { work_loop } if @acceptor
       @accept_thread = named_thread { accept_loop }
       self.class.__register(self)
     end
@@ -194,7 +204,9 @@ module Rperf
       @wake_w.close
       deadline = now + STOP_WAIT
       join(@lock.synchronize { @accept_thread }, deadline)
+      stop_acceptor
       @server.close
+      stop_workers(deadline)
       @lock.synchronize { @conns.keys }.each { |t| join(t, deadline) }
       @wake_r.close
       self.class.__unregister(self)
@@ -209,6 +221,10 @@ module Rperf
     # the sockets; the threads that used them do not exist here.
     def __abandon
       @stopped = true
+      stop_acceptor
+      until (item = @work.pop(timeout: 0)).nil?
+        item[0].close
+      end
       [@server, @wake_r, @wake_w, *@conns.values].each do |io|
         io.close unless io.closed?
       rescue IOError, SystemCallError
@@ -218,6 +234,27 @@ module Rperf
     end
 
     private
+
+    # The handler threads end (their connections in progress are woken by
+    # stop's wake pipe); connections still queued for them are closed.
+    def stop_workers(deadline)
+      workers = @lock.synchronize { @workers.dup }
+      @work.close
+      until (item = @work.pop(timeout: 0)).nil?
+        sock, mark = item
+        reject(sock, mark)
+      end
+      workers.each { |t| join(t, deadline) }
+    end
+
+    # The C accepting thread stopped (joined; none in a fork child) and
+    # what it queued closed.
+    def stop_acceptor
+      return unless @acceptor
+
+      Rperf._c_acceptor_stop(@acceptor)
+      [@accept_r, @accept_w].each { |io| io.close unless io.closed? }
+    end
 
     def check_options(port, host, read_timeout, write_timeout, max_connections)
       unless port.is_a?(Integer) && port.between?(0, 65_535)
@@ -259,11 +296,31 @@ module Rperf
 
     # ---- accepting -----------------------------------------------------------
 
+    # Connections are accepted by a thread in C (ruby/serve_accept.c): it
+    # needs no GVL, and opens a profile request's window the moment it
+    # arrives. The Ruby accepting thread is woken through a pipe and takes
+    # them (each with its window's mark, or nil). Without that thread (it
+    # could not be made) this thread accepts.
+    def start_acceptor
+      @accept_r, @accept_w = IO.pipe
+      windows = @app.is_a?(PprofApp)
+      @acceptor = Rperf._c_acceptor(@server.fileno, @accept_w.fileno, windows, windows ? @app.__token : nil)
+      return if @acceptor
+
+      [@accept_r, @accept_w].each(&:close)
+      @accept_r = @accept_w = nil
+    end
+
     def accept_loop
       until @stopped
-        ready = IO.select([@server, @wake_r])
-        next unless ready && ready[0].include?(@server) && !@stopped
+        ready = IO.select([@accept_r || @server, @wake_r])
+        next unless ready && !@stopped
+        next unless ready[0].include?(@accept_r || @server)
 
+        if @acceptor
+          accepted.each { |sock, mark| dispatch(sock, mark) }
+          next
+        end
         sock = @server.accept_nonblock(exception: false)
         next if sock == :wait_readable
         return handle(sock) if take_over(sock)
@@ -284,6 +341,37 @@ module Rperf
       retry
     end
 
+    # [[socket, mark or nil], ...]: what the C thread accepted.
+    def accepted
+      @accept_r.read_nonblock(4096, exception: false) # the wake-ups so far
+      Rperf._c_acceptor_take(@acceptor).map { |fd, mark| [Socket.for_fd(fd), mark] }
+    end
+
+    # A connection for the handler threads, which are kept between
+    # connections: a new thread's first turn waits a time slice of every
+    # busy thread, and until it has had it Ruby delivers postponed jobs
+    # triggered from other threads (the send's) to that new thread. At
+    # most max_connections at once; more are answered 503.
+    def dispatch(sock, mark)
+      grow = @lock.synchronize do
+        next :full if @stopped || @conns.size + @work.size >= @max_connections
+
+        @work << [sock, mark]
+        @work.num_waiting.zero? && @workers.size < @max_connections
+      end
+      return reject(sock, mark) if grow == :full
+
+      @lock.synchronize { @workers << named_thread { work_loop } } if grow
+    rescue ThreadError # no thread: the ones there take it in turn
+      nil
+    end
+
+    def work_loop
+      while (item = @work.pop)
+        handle(*item)
+      end
+    end
+
     # This thread becomes the handler of `sock`, and a new thread accepts
     # from now on: true. false (stopping, max_connections reached, no
     # thread could be made): this thread goes on accepting.
@@ -301,7 +389,8 @@ module Rperf
 
     # Over max_connections: answered on the accepting thread without
     # waiting for anything (one non-blocking write), then closed.
-    def reject(sock)
+    def reject(sock, mark = nil)
+      Rperf._c_window_discard(mark) if mark
       body = "rperf: too many connections (#{@max_connections})\n"
       sock.read_nonblock(MAX_HEAD_BYTES, exception: false) # what came already: closing on unread data resets
       sock.write_nonblock("HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n" \
@@ -317,16 +406,21 @@ module Rperf
 
     # ---- one connection ------------------------------------------------------
 
-    def handle(sock)
+    # mark: the window the C accepting thread opened when the request
+    # arrived (a profile request), adopted by PprofApp ("rperf.premark");
+    # discarded at the end if nobody did.
+    def handle(sock, mark = nil)
       # the listener's own work (encoding a window) is visible in the profile
       # under a label of its own: `-tagignore rperf=serve` leaves it out
       Rperf.label(rperf: "serve") if Rperf.running?
+      @lock.synchronize { @conns[Thread.current] = sock }
       head = read_head(sock)
       case head
       when :timeout then respond(sock, *error(408, "request not received within #{@read_timeout} s"))
       when :too_large then respond(sock, *error(431, "request head larger than #{MAX_HEAD_BYTES} bytes"))
       when String
         env = parse(head, sock)
+        env["rperf.premark"] = mark if mark && env.is_a?(Hash)
         status, headers, body = env.is_a?(Hash) ? call_app(env) : env
         # 499: the client left while its profile was taken; nobody to answer
         # (:sent: the send answered already)
@@ -338,6 +432,7 @@ module Rperf
     rescue StandardError => e
       warn "rperf: #{inspect}: #{e.class}: #{e.message}"
     ensure
+      Rperf._c_window_discard(mark) if mark # closed already when a profile adopted it
       begin
         sock.close unless sock.closed?
       rescue IOError, SystemCallError
@@ -461,6 +556,9 @@ module Rperf
       return nil unless sending
 
       outcome = wait_client(sock, seconds)
+      # at the end the send's thread asks for the job: a moment for it to
+      # run (an idle process runs it only once this thread blocks again)
+      IO.select([done_r], nil, nil, SEND_GRACE) if outcome == :done
       return outcome if Rperf._c_send_take(sending, outcome != :done)
 
       Rperf._c_send_abort(sending) unless outcome == :done

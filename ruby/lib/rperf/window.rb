@@ -47,7 +47,13 @@ module Rperf
           raise ArgumentError, "the run samples no allocations (Rperf.start(mode: :alloc) or allocations: true)"
         end
 
-        w = new(mark, Rperf.__children_dir, allocations ? true : false)
+        __adopt(mark, allocations ? true : false)
+      end
+
+      # A window of a mark opened already (Rperf._c_window_mark, or the
+      # listener's accepting thread when a request arrived).
+      def __adopt(mark, allocations = false)
+        w = new(mark, Rperf.__children_dir, allocations, Rperf._c_window_age(mark))
         LOCK.synchronize do
           @open << w
           Rperf._c_window_readers(true)
@@ -71,12 +77,14 @@ module Rperf
       end
     end
 
-    def initialize(mark, dir, allocations)
+    # age: seconds since the mark opened; the children's parts written
+    # since then are the window's too.
+    def initialize(mark, dir, allocations, age = 0)
       @lock = Mutex.new
       @mark = mark
       @allocations = allocations
       @dir = dir
-      @seen = dir ? child_names(dir).to_h { |n| [n, true] } : {}
+      @seen = dir ? seen_before(dir, age) : {}
       @children = [] # [[pid, Rperf::Report::Profile]]
     end
 
@@ -90,6 +98,11 @@ module Rperf
       @lock.synchronize { build(parts, @children) }
     ensure
       Window.__forget(self)
+    end
+
+    # Of `seconds` from the window's start, what is left now.
+    def __remaining(seconds)
+      [seconds - Rperf._c_window_age(@mark), 0].max
     end
 
     # For Rperf::Server's send (ruby/window_send.c), which closes the mark
@@ -126,6 +139,20 @@ module Rperf
 
     def child_names(dir)
       Rperf.__child_part_names(dir)
+    end
+
+    # The children's parts in `dir` written before the window opened (age
+    # seconds ago), as a set.
+    def seen_before(dir, age)
+      names = child_names(dir)
+      return names.to_h { |n| [n, true] } if age <= 0
+
+      opened = Time.now - age
+      names.each_with_object({}) do |n, seen|
+        seen[n] = true if File.mtime(File.join(dir, n)) < opened
+      rescue SystemCallError
+        seen[n] = true # gone: a clear took it
+      end
     end
 
     COUNTS = %i[trigger_count sampling_count sampling_time_ns dropped_samples timer_overruns].freeze
