@@ -180,6 +180,9 @@ struct rperf_thread {
     uint32_t prod_seen;                     /* a lower bound of prod's consumer head
                                                (ring.c, ring_used) */
     uint32_t prod_mask;                     /* prod's slots - 1 */
+    /* segments of the largest size chained after one of that size since
+     * the producer last went back to the initial size (ring.c, ring_grow) */
+    uint32_t prod_maxed;
 
     /* identity */
     uint32_t seq;
@@ -224,6 +227,10 @@ struct rperf_thread {
 /* ---- ring encoding (ring.c) --------------------------------------------- */
 
 #define RPERF_RING_MAX_SLOTS (1u << 16)   /* a segment grows up to 512 KiB (prod_mask: 16 bits) */
+/* a full segment of the largest size is followed by another, up to this
+ * many more in a row (a thread's burst while the worker gets no CPU: at
+ * most 9 x 512 KiB waiting) */
+#define RPERF_RING_MAX_CHAIN 8u
 /* A thread's first segment: small, from the heap. Most threads of a
  * thread-per-connection server, and threads parked for the whole run,
  * record a few samples (the blocked time of their first turn) and never

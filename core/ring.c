@@ -23,7 +23,8 @@
  * samples (docs/performance.md). The first overflow chains a segment of the
  * configured size (pages).
  * A full ring never blocks. It grows instead: the producer chains a segment
- * 4x larger (up to RPERF_RING_MAX_SLOTS words) and writes there, the
+ * 4x larger (up to RPERF_RING_MAX_SLOTS words; then more of that size, up to
+ * RPERF_RING_MAX_CHAIN of them in a row) and writes there, the
  * consumer moves on once the old one is drained and frees it through the
  * epoch. So idle threads keep the small default while a busy thread whose
  * worker is slow to get a CPU keeps its samples. At the limit the sample is
@@ -97,6 +98,7 @@ static void seg_free_cb(ck_epoch_entry_t *e)
  * and only stores to the segment itself. */
 static void prod_set(rperf_thread_t *pt, rperf_ring_seg_t *seg)
 {
+    if (!seg) pt->prod_maxed = 0;
     pt->prod = seg;
     pt->prod_buf = seg ? seg->buf : NULL;
     pt->prod_tail = 0;                       /* ck_ring_init: both ends at 0 */
@@ -143,15 +145,18 @@ void rperf__ring_free(rperf_thread_t *pt)
 
 /* own: the producer's segment cannot take `need` more words. Chain the
  * configured size after the small first segment, then segments 4x larger
- * (up to RPERF_RING_MAX_SLOTS) so a busy thread whose worker is slow to get
- * a CPU keeps its samples; NULL when at the limit (or out of memory): the
- * caller drops the sample. The last write to the old segment happens before
+ * (up to RPERF_RING_MAX_SLOTS), then more of that size (up to
+ * RPERF_RING_MAX_CHAIN in a row, until the producer shrinks back) so a
+ * busy thread whose worker is slow to get a CPU keeps its samples; NULL
+ * when at the limit (or out of memory): the caller drops the sample. The last write to the old segment happens before
  * `next` is published (release). */
 static rperf_ring_seg_t *ring_grow(rperf_thread_t *pt, unsigned need)
 {
     uint32_t slots = pt->prod->slots;
-    if (slots >= RPERF_RING_MAX_SLOTS) return NULL;
-    if (slots < pt->ring_slots0) slots = pt->ring_slots0;
+    bool again = slots >= RPERF_RING_MAX_SLOTS;   /* another of the largest */
+    if (again && pt->prod_maxed >= RPERF_RING_MAX_CHAIN) return NULL;
+    if (again) slots = RPERF_RING_MAX_SLOTS;
+    else if (slots < pt->ring_slots0) slots = pt->ring_slots0;
     else slots = slots * 4 > RPERF_RING_MAX_SLOTS ? RPERF_RING_MAX_SLOTS : slots * 4;
     while (need + 1 > slots && slots < RPERF_RING_MAX_SLOTS)
         slots = slots * 4 > RPERF_RING_MAX_SLOTS ? RPERF_RING_MAX_SLOTS : slots * 4;
@@ -160,6 +165,7 @@ static rperf_ring_seg_t *ring_grow(rperf_thread_t *pt, unsigned need)
     if (!seg) return NULL;
     atomic_store_explicit(&pt->prod->next, seg, memory_order_release);
     prod_set(pt, seg);
+    if (again) pt->prod_maxed++;
     return seg;
 }
 
@@ -172,6 +178,7 @@ static rperf_ring_seg_t *ring_shrink(rperf_thread_t *pt)
     if (!seg) return pt->prod;
     atomic_store_explicit(&pt->prod->next, seg, memory_order_release);
     prod_set(pt, seg);
+    pt->prod_maxed = 0;
     return seg;
 }
 

@@ -96,9 +96,9 @@ RPERF_TEST(full_ring_grows_then_drops_and_counts)
     while (rperf__ring_push(pt, RPERF_SAMPLE_NORMAL, 1 + pushed, 1, frames, 97)) pushed++;
     /* 100 words per sample; the small first segment (256 words: a thread
      * moves on once it is half full), then the configured 1024, 4096, 16384
-     * and 65536 words (one slot of each kept free by ck_ring) before the
-     * first drop */
-    RPERF_CHECK_EQ(pushed, 1 + 10 + 40 + 163 + 655);
+     * and 65536 words, then 8 more of 65536 (one slot of each kept free by
+     * ck_ring) before the first drop */
+    RPERF_CHECK_EQ(pushed, 1 + 10 + 40 + 163 + 655 * (1 + RPERF_RING_MAX_CHAIN));
     RPERF_CHECK_EQ(pt->prod->slots, RPERF_RING_MAX_SLOTS);
     RPERF_CHECK_EQ(atomic_load(&pt->dropped), 1);
     RPERF_CHECK(!rperf__ring_push(pt, RPERF_SAMPLE_GC_MARKING, 1, 1, frames, 97));
