@@ -8,8 +8,9 @@
 # (every 2 s, seconds=2, 200 and a valid pprof) whose windows add up to the
 # process's sampled time; four scrapes at once next to a user's
 # snapshot(clear: true); an answer sent while the request's thread waits
-# for the GVL; the 400/401/404/405/503 answers; the token; the
-# bind address; a silent client, a full listener, a client that leaves;
+# for the GVL, and a window opened when its request arrives; a heap
+# window through the listener; the 400/401/404/405/503 answers; the token
+# (no window opened without it); the bind address; a silent client, a full listener, a client that leaves;
 # stop; a fork child; RPERF_SERVE and exit in child processes; a real Puma
 # cluster (the pinned gem, tests/ruby/servers_helper.rb; omitted when it is
 # not installed) scraped through one listener in its master.
@@ -509,6 +510,27 @@ class TestPprofHttp < Test::Unit::TestCase
     assert_equal(:sent, outcomes.pop(timeout: DEADLINE))
     data = pprof(body.to_s).data
     assert_operator(data[:start_time_ns], :<, held_from, "the window started before the listener's threads could run")
+  end
+
+  # The heap routes' windows through the listener: answered by the send
+  # (ruby/window_send.c) with the route's sample type, Go's file name and
+  # the allocations of the window.
+  def test_heap_window_through_the_listener
+    Rperf.start(mode: :alloc, alloc_interval: 16)
+    server = serve
+    scrape = Thread.new { get(server, "/debug/pprof/heap?seconds=1") }
+    assert(poll { Rperf._c_window_marks_open.positive? }, "the heap window is open")
+    kept = []
+    heap_route_strings(kept) # 30,000 Strings made in the window, still referenced
+    res = scrape.join(DEADLINE)&.value
+    assert_equal("200", res&.code, res&.body)
+    assert_equal('attachment; filename="heap"', res["content-disposition"])
+    assert_equal("inuse_space", pprof(res.body, "heap?seconds=1").type)
+    raw = Rperf._decode_pprof(res.body, "heap?seconds=1")
+    ao = raw[:sample_types].map(&:first).index("alloc_objects")
+    mine = raw[:samples].select { |frames, *| frames.any? { |f| f[1] == "Object#heap_route_strings" } }
+    assert_in_delta(30_000, mine.sum { |_, v, _| v[ao] }, 6_000, "alloc_objects of the window")
+    kept.clear
   end
 
   def test_listener_answers
