@@ -155,6 +155,9 @@ void rperf_rb_window_send_init(VALUE mRperf);
 /* GVL held: a pthread made with every signal blocked (a helper thread of
  * rperf's: process signals go to Ruby's threads); 0 or an errno */
 int rperf_rb_quiet_thread(pthread_t *t, void *(*fn)(void *), void *arg, bool detached);
+/* any thread but Ruby's: rb_postponed_job_trigger, until the VM is torn
+ * down (then nothing) */
+void rperf_rb_trigger_from_thread(rb_postponed_job_handle_t h);
 
 /* api.c */
 /* inside GC: the GC running now is a major one */

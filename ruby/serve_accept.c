@@ -21,9 +21,9 @@
  * itself, as for every other route.
  *
  * Contexts: accept_main runs on the listener's own thread (no Ruby API:
- * poll, accept4, recv, the queue's mutex, rb_postponed_job_trigger); the
- * job with the GVL in the main Ractor; the module functions with the GVL
- * held.
+ * poll, accept4, recv, the queue's mutex, rperf_rb_trigger_from_thread);
+ * the job with the GVL in the main Ractor; the module functions with the
+ * GVL held.
  */
 #include "rperf_ruby.h"
 
@@ -191,7 +191,7 @@ static void enqueue(acceptor_t *a, int fd, bool want)
     a->tail = &c->next;
     if (want) atomic_fetch_add(&a->wanted, 1);
     pthread_mutex_unlock(&a->lock);
-    if (want) rb_postponed_job_trigger(job_handle);
+    if (want) rperf_rb_trigger_from_thread(job_handle);
     char one = 1;
     while (write(a->notify_fd, &one, 1) < 0 && errno == EINTR) {
     }

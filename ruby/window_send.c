@@ -39,6 +39,8 @@
  */
 #include "rperf_ruby.h"
 
+#include <ruby/vm.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -79,6 +81,31 @@ typedef struct send {
 } send_t;
 
 static rb_postponed_job_handle_t job_handle = POSTPONED_JOB_HANDLE_INVALID;
+
+/* Triggers from rperf's own threads end at VM teardown: the VM they touch
+ * is freed then, and these threads may outlive it (a send is detached, a
+ * listener may be left running by an exit that did not stop it). A Dekker
+ * handshake: a thread counts itself in, then looks at `vm_gone`; the
+ * teardown sets `vm_gone`, then waits for the count to drop. */
+static _Atomic int vm_gone;
+static _Atomic int triggering;
+
+void rperf_rb_trigger_from_thread(rb_postponed_job_handle_t h)
+{
+    atomic_fetch_add(&triggering, 1);
+    if (!atomic_load(&vm_gone)) rb_postponed_job_trigger(h);
+    atomic_fetch_sub(&triggering, 1);
+}
+
+static void triggers_teardown(ruby_vm_t *vm)
+{
+    (void)vm;
+    atomic_store(&vm_gone, 1);
+    while (atomic_load(&triggering) > 0) {
+        struct timespec pause = { 0, 100000 };
+        nanosleep(&pause, NULL);
+    }
+}
 static send_t *sends;             /* GVL */
 static pid_t sends_pid;
 static VALUE registry = Qnil;     /* the send objects in progress */
@@ -148,7 +175,9 @@ static void write_response(send_t *s)
 {
     unsigned char *body = NULL;
     size_t len = 0;
-    if (rperf_rb_export_detached_finish_memory(s->export, &body, &len, s->err, sizeof s->err)) {
+    int rc = rperf_rb_export_detached_finish_memory(s->export, &body, &len, s->err, sizeof s->err);
+    if (rc) {
+        if (!s->err[0]) snprintf(s->err, sizeof s->err, "%s", strerror(-rc));
         s->export = NULL;
         atomic_store(&s->state, S_FAILED);
         return;
@@ -178,8 +207,8 @@ static void *send_main(void *arg)
             }
             struct timespec until = at_ns(s->deadline_ns);
             pthread_cond_timedwait(&s->cond, &s->lock, &until);
-        } else if (st == S_DUE || st == S_CLOSING) {
-            rb_postponed_job_trigger(job_handle);
+        } else if ((st == S_DUE || st == S_CLOSING) && !atomic_load(&vm_gone)) {
+            rperf_rb_trigger_from_thread(job_handle);
             struct timespec until = at_ns(mono_ns() + SEND_RETRY_NS);
             pthread_cond_timedwait(&s->cond, &s->lock, &until);
         } else {
@@ -467,6 +496,7 @@ void rperf_rb_window_send_init(VALUE m)
     static const char *const names[] = { "waiting", "due", "due", "writing", "sent",
                                          "failed", "ruby", "claimed", "cancelled" };
     for (int i = 0; i <= S_CANCELLED; i++) sym_state[i] = ID2SYM(rb_intern(names[i]));
+    ruby_vm_at_exit(triggers_teardown);
     job_handle = rb_postponed_job_preregister(0, send_job, NULL);
     if (job_handle == POSTPONED_JOB_HANDLE_INVALID) rb_raise(rb_eLoadError, "rperf: no free postponed-job slot");
     rb_define_module_function(m, "_c_send_window", c_send_window, 7);

@@ -563,7 +563,16 @@ module Rperf
 
       Rperf._c_send_abort(sending) unless outcome == :done
       wait_sent(sending, done_r)
-      Rperf._c_send_state(sending) == :ruby ? Rperf._c_send_parts(sending) : :sent
+      case Rperf._c_send_state(sending)
+      when :ruby then Rperf._c_send_parts(sending)
+      when :failed
+        # the encoder failed before anything was written: said as any
+        # exporter error (a failed write leaves no error: the client left)
+        err = Rperf._c_send_error(sending)
+        respond(sock, *error(500, "pprof exporter: #{err}")) if err && outcome == :done
+        :sent
+      else :sent
+      end
     ensure
       Rperf._c_send_finish(sending) if sending
       [done_r, done_w].each { |io| io&.close }
