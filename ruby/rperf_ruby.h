@@ -141,8 +141,6 @@ void rperf_rb_windows_rebase(void);
  * open); raises nothing for a mark object (window_send.c) */
 VALUE rperf_rb_window_close_try(VALUE mark);
 bool rperf_rb_window_mark_p(VALUE obj);
-/* CLOCK_MONOTONIC of a mark's start (its baseline's pause) */
-int64_t rperf_rb_window_mark_start(VALUE mark);
 /* GVL held, main Ractor, from a postponed job: a time window's mark opened
  * now, or nil (no run, a lifecycle call in progress, ...); never raises */
 VALUE rperf_rb_window_mark_try(void);

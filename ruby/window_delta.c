@@ -283,7 +283,8 @@ static VALUE c_window_marks_open(VALUE self)
 static VALUE c_window_age(VALUE self, VALUE obj)
 {
     (void)self;
-    return DBL2NUM((double)(rperf_mono_ns() - rperf_rb_window_mark_start(obj)) / 1e9);
+    window_mark_t *m = rb_check_typeddata(obj, &mark_type);
+    return DBL2NUM((double)(rperf_mono_ns() - m->opened_mono) / 1e9);
 }
 
 static VALUE build_paused(VALUE arg)
@@ -345,12 +346,6 @@ static VALUE c_window_close(VALUE self, VALUE obj)
 bool rperf_rb_window_mark_p(VALUE obj)
 {
     return rb_typeddata_is_kind_of(obj, &mark_type);
-}
-
-int64_t rperf_rb_window_mark_start(VALUE obj)
-{
-    window_mark_t *m = rb_check_typeddata(obj, &mark_type);
-    return m->opened_mono;
 }
 
 VALUE rperf_rb_window_close_try(VALUE obj)
