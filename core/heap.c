@@ -93,10 +93,14 @@ static struct {
     uint32_t top;               /* slots ever handed out */
     uint32_t free_head;         /* index + 1 */
     uint32_t used;              /* slots holding an object */
-    uint32_t *index;            /* open addressing: slot index + 1, 0 empty */
+    uint32_t *index;            /* open addressing: tag and slot index (index_find), 0 empty */
     size_t index_cap;           /* power of two */
     uint64_t *bloom;
     size_t bloom_bits;          /* power of two */
+    /* index entries deleted since the filter was last built: their bits
+     * stay set (a bloom filter cannot unset one) and send allocations at
+     * those addresses to the index for nothing (bloom_refresh) */
+    size_t bloom_stale;
     /* slots sampled since the last marking that may still be young (a
      * minor marking checks only these; duplicates are harmless) */
     uint32_t *young;
@@ -174,19 +178,31 @@ static void bloom_set(uintptr_t a)
 
 /* ---- the address index (hook side) ----------------------------------------- */
 
+/* An index entry: the slot's index in the low 24 bits (MAX_CHUNKS *
+ * CHUNK_SLOTS = 2^24 slots) and 8 bits of the address's hash above, never
+ * 0 (0: an empty entry). A probe compares the tags first and reads a slot
+ * (a cache miss in a large tracker) only on a match: 1 in 255 otherwise. */
+#define INDEX_SLOT_BITS 24u
+_Static_assert(MAX_CHUNKS * CHUNK_SLOTS <= (1u << INDEX_SLOT_BITS), "slot index fits an entry");
+
+static uint32_t index_tag(uint64_t h) { return (uint32_t)((h >> 56) % 255u + 1u); }
+static uint32_t entry_slot(uint32_t v) { return v & ((1u << INDEX_SLOT_BITS) - 1u); }
+
 static size_t index_find(uintptr_t a)
 {
     size_t mask = H.index_cap - 1;
-    for (size_t i = addr_hash(a) & mask;; i = (i + 1) & mask) {
+    uint64_t h = addr_hash(a);
+    uint32_t tag = index_tag(h);
+    for (size_t i = h & mask;; i = (i + 1) & mask) {
         uint32_t v = H.index[i];
-        if (!v || slot_at(v - 1)->obj == a) return i;
+        if (!v || ((v >> INDEX_SLOT_BITS) == tag && slot_at(entry_slot(v))->obj == a)) return i;
     }
 }
 
 static void index_put(uint32_t si)
 {
     uintptr_t a = slot_at(si)->obj;
-    H.index[index_find(a)] = si + 1;
+    H.index[index_find(a)] = index_tag(addr_hash(a)) << INDEX_SLOT_BITS | si;
     bloom_set(a);
 }
 
@@ -220,7 +236,22 @@ static bool index_rebuild(size_t want)
     }
     for (uint32_t i = 0; i < H.top; i++)
         if (slot_at(i)->obj) index_put(i);
+    H.bloom_stale = 0;
     return true;
+}
+
+/* The filter built again from the index alone, once the stale bits
+ * outnumber the live ones and a quarter of the index: sampled garbage
+ * retired at each marking would otherwise set bit after bit until every
+ * allocation probes the index. O(index), amortised over the deletions
+ * that made it due; no allocation (it runs inside GC). */
+static void bloom_refresh(void)
+{
+    if (H.bloom_stale < H.index_cap / 4 || H.bloom_stale <= H.used) return;
+    memset(H.bloom, 0, H.bloom_bits / 8);
+    for (size_t i = 0; i < H.index_cap; i++)
+        if (H.index[i]) bloom_set(slot_at(entry_slot(H.index[i]))->obj);
+    H.bloom_stale = 0;
 }
 
 /* backward-shift deletion keeps linear probing free of tombstones */
@@ -232,7 +263,7 @@ static void index_del(size_t i)
         j = (j + 1) & mask;
         uint32_t v = H.index[j];
         if (!v) break;
-        size_t home = addr_hash(slot_at(v - 1)->obj) & mask;
+        size_t home = addr_hash(slot_at(entry_slot(v))->obj) & mask;
         /* move v back to i unless its home lies cyclically in (i, j] */
         bool stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
         if (stays) continue;
@@ -240,6 +271,7 @@ static void index_del(size_t i)
         i = j;
     }
     H.index[i] = 0;
+    H.bloom_stale++;
 }
 
 /* hook side (or GVL held, hooks quiet): the object in slot si is gone */
@@ -284,7 +316,7 @@ bool rperf_alloc_seen(uintptr_t obj)
     if (!H.on) return false;
     if (H.used && bloom_test(obj)) {
         size_t i = index_find(obj);
-        if (H.index[i]) slot_retire(H.index[i] - 1, true);   /* freed, slot reused */
+        if (H.index[i]) slot_retire(entry_slot(H.index[i]), true);   /* freed, slot reused */
     }
     if (--H.countdown > 0) return false;
     H.countdown = draw_gap();
@@ -526,13 +558,21 @@ void rperf_heap_gc_marked(uint64_t gc_count, bool major, bool (*marked)(uintptr_
         H.nyoung = 0;
         return;
     }
+    /* The dead are dropped from the index one by one (two probes each,
+     * cache misses in a large index), or, when many may die, all at once:
+     * retired unindexed and the index built again from the slots left
+     * (sequential; in place, as its size stays: no allocation in GC). A
+     * major marking visits every slot anyway; a minor one, when most
+     * tracked objects are young (a small interval: most of them garbage). */
+    bool retired = false;
     if (major) {
         H.nyoung = 0;
         for (uint32_t i = 0; i < H.top; i++) {
             heap_slot_t *s = slot_at(i);
             if (!s->obj || s->unverified) continue;
             if (!marked(s->obj)) {
-                slot_retire(i, true);
+                slot_retire(i, false);
+                retired = true;
                 continue;
             }
             s->old = s->old || is_old(s->obj);
@@ -541,24 +581,32 @@ void rperf_heap_gc_marked(uint64_t gc_count, bool major, bool (*marked)(uintptr_
              * sampled since, which were on it: it never needs to grow
              * here; a young object it cannot hold is not followed */
             if (H.nyoung < H.young_cap) H.young[H.nyoung++] = i;
-            else slot_retire(i, true);
+            else {
+                slot_retire(i, false);
+                retired = true;
+            }
         }
+        if (retired) index_rebuild(H.used);
         return;
     }
     /* a minor marking frees no old object: only the young are checked */
+    bool bulk = H.nyoung * 2 > H.used;
     size_t keep = 0;
     for (size_t k = 0; k < H.nyoung; k++) {
         uint32_t i = H.young[k];
         heap_slot_t *s = slot_at(i);
         if (!s->obj || s->old || s->unverified) continue;
         if (!marked(s->obj)) {
-            slot_retire(i, true);
+            slot_retire(i, !bulk);
+            retired = true;
             continue;
         }
         if (is_old(s->obj)) s->old = 1;
         else H.young[keep++] = i;
     }
     H.nyoung = keep;
+    if (bulk && retired) index_rebuild(H.used);
+    else bloom_refresh();
 }
 
 void rperf_heap_relocate(uint64_t gc_count, uintptr_t (*location)(uintptr_t))

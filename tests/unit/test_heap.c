@@ -7,7 +7,8 @@
  * allocation stays); a window's close keeps only the objects the host
  * says are alive, with their size now; the end of a marking retires the
  * objects it did not reach (a minor one reads only the young, and after a
- * marking the host did not see none until a settle); compaction moves
+ * marking the host did not see none until a settle), and the address
+ * index stays exact whether a marking drops many or few; compaction moves
  * tracked objects (only in a GC whose marking was seen);
  * a clearing window keeps the live heap's entries (in use, with zero
  * allocations) and their frames; a run without allocation sampling
@@ -219,6 +220,53 @@ RPERF_TEST(a_marking_retires_what_it_did_not_reach_and_a_minor_one_reads_only_th
     rperf_engine_release();
 }
 
+/* A marking that retires most tracked objects drops them from the address
+ * index all at once (the index built again), one that retires a few among
+ * many old ones drops them one by one: either way the survivors stay
+ * findable by address (a new object there retires them) and the retired
+ * ones leave nothing behind (new objects at their addresses retire
+ * nobody). */
+RPERF_TEST(markings_that_retire_many_or_few_keep_the_index_exact)
+{
+    start_alloc(1);
+    stack[0] = 0x2000;
+    depth = 1;
+    rperf_heap_gc_seen(20);
+    dead_from = UINTPTR_MAX;
+    const uintptr_t a = 0x100000, b = 0x400000;
+    allocate(a, 2000, CLASS_A);
+    /* all young: 1,900 of 2,000 unreached */
+    unmarked_from = a + 100 * 40;
+    old_below = 0;
+    rperf_heap_gc_marked(21, false, fake_marked, fake_old);
+    rperf_heap_stats_t st;
+    rperf_heap_stats(&st);
+    RPERF_CHECK_EQ(st.tracked, 100);
+    allocate(a + 50 * 40, 1, CLASS_B);      /* a survivor's address: it was freed */
+    allocate(a + 1000 * 40, 10, CLASS_B);   /* retired addresses: nobody to retire */
+    /* the 100 survivors become old; then a few young among many old */
+    unmarked_from = UINTPTR_MAX;
+    old_below = b;
+    rperf_heap_gc_marked(22, true, fake_marked, fake_old);
+    allocate(b, 40, CLASS_A);
+    old_below = 0;
+    unmarked_from = b + 4 * 40;             /* 36 of the 40 young unreached */
+    rperf_heap_gc_marked(23, false, fake_marked, fake_old);
+    allocate(a + 60 * 40, 1, CLASS_B);      /* another survivor freed */
+    allocate(b + 2 * 40, 1, CLASS_B);       /* a young survivor freed */
+    allocate(b + 20 * 40, 5, CLASS_B);      /* retired young addresses */
+    unmarked_from = UINTPTR_MAX;
+    close_window();
+    RPERF_CHECK_EQ(totals_of(CLASS_A).alloc_objects, 2040);
+    RPERF_CHECK_EQ(totals_of(CLASS_A).inuse_objects, 99 - 1 + 4 - 1);
+    RPERF_CHECK_EQ(totals_of(CLASS_B).inuse_objects, 18);
+    rperf_heap_stats(&st);
+    RPERF_CHECK_EQ(st.tracked, 101 + 18);
+    rperf_engine_resume(false);
+    rperf_engine_stop();
+    rperf_engine_release();
+}
+
 RPERF_TEST(compaction_moves_tracked_objects)
 {
     start_alloc(1);
@@ -351,6 +399,7 @@ int main(void)
                      RPERF_CASE(a_close_keeps_only_live_objects_with_their_size_now),
                      RPERF_CASE(a_heap_window_baseline_sees_changes_across_a_clear),
                      RPERF_CASE(a_marking_retires_what_it_did_not_reach_and_a_minor_one_reads_only_the_young),
+                     RPERF_CASE(markings_that_retire_many_or_few_keep_the_index_exact),
                      RPERF_CASE(compaction_moves_tracked_objects),
                      RPERF_CASE(a_clearing_window_keeps_the_live_heap),
                      RPERF_CASE(a_run_without_allocation_sampling_records_none));
