@@ -83,8 +83,10 @@ typedef struct rperf_host {
     int64_t (*thread_ready_at)(uintptr_t ref);
     /* worker: called at every wake of the aggregation worker while a run
      * goes (at least every 1.6 s), for the host's periodic work; no Ruby
-     * API besides thread-safe triggers. Optional. */
-    void (*worker_poll)(void);
+     * API besides thread-safe triggers. Returns true to have the worker
+     * back within its busy period (50 ms) even while no sample comes.
+     * Optional. */
+    bool (*worker_poll)(void);
 } rperf_host_t;
 
 typedef struct rperf_config {

@@ -151,7 +151,11 @@ static void *worker_main(void *arg)
             deadline_in(&full_at, wait_ms);
         }
         ck_epoch_poll(&rperf__epoch_worker);
-        if (rperf__engine.host.worker_poll) rperf__engine.host.worker_poll();
+        if (rperf__engine.host.worker_poll && rperf__engine.host.worker_poll() &&
+            wait_ms > RPERF_WORKER_PERIOD_MS) {
+            wait_ms = RPERF_WORKER_PERIOD_MS;   /* the host's work is due soon */
+            deadline_in(&full_at, wait_ms);
+        }
         pthread_mutex_lock(&mu);
         if (stop_req || pause_req) continue;
         if (!atomic_exchange(&wake_flag, 0)) {

@@ -42,14 +42,19 @@ static bool trigger_register(void)
  * forked child's windows, and the tick signal to native threads still
  * waiting for a job of their own (an allocation-only run takes no ticks
  * that would) */
-static void worker_poll(void)
+static bool worker_poll(void)
 {
     rperf_rb_child_windows_poll();
     rperf_rb_alloc_job_any();
+    if (!rperf_engine_config()->alloc_only) return false;
     /* an allocation-only run takes no ticks: the main Ractor's job that
      * heals the event flags runs from here (it goes to the main Ractor's
-     * running thread) */
-    if (rperf_engine_config()->alloc_only) trigger();
+     * running thread); once a Ractor other than the main one has run, its
+     * collection may clear the flags at any GC, silencing the allocation
+     * hook (so no sample would wake the worker): the worker comes back
+     * within its busy period, not its idle one */
+    trigger();
+    return rperf_rb_ractors_seen();
 }
 
 const rperf_host_t rperf_rb_host = {

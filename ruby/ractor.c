@@ -106,6 +106,10 @@ uint32_t rperf_rb_ractor_prepare(void)
     return rec->id;
 }
 
+/* Any thread: a Ractor other than the main one has been numbered in this
+ * process (it ran Ruby code during a run). */
+bool rperf_rb_ractors_seen(void) { return atomic_load_explicit(&next_id, memory_order_relaxed) > 2; }
+
 /* RESUMED-safe, as peek: this Ractor is another one, numbered, and has no
  * allocation hook of rperf's yet. */
 bool rperf_rb_ractor_alloc_hook_missing(void)

@@ -75,6 +75,7 @@ VALUE rperf_rb_alloc_class_name(uint32_t class_id, uint32_t rtype);
 void rperf_rb_ractor_init(void);
 uint32_t rperf_rb_ractor_prepare(void);
 uint32_t rperf_rb_ractor_peek(void);   /* RESUMED-safe: the id, 0 = other, unnumbered */
+bool rperf_rb_ractors_seen(void);      /* another Ractor was numbered in this process */
 bool rperf_rb_ractor_alloc_hook_missing(void);   /* RESUMED-safe */
 void rperf_rb_ractor_alloc_hook_added(void);
 bool rperf_rb_other_ractors_p(void);
