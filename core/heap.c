@@ -105,6 +105,9 @@ static struct {
      * minor marking checks only these; duplicates are harmless) */
     uint32_t *young;
     size_t nyoung, young_cap;
+    /* the last minor marking: young objects it checked, and how many of
+     * them it found dead (rperf_heap_gc_marked: how the dead leave the index) */
+    size_t young_checked, young_died;
     uint64_t seen_gc;           /* the host's GC count at the last marking seen */
     _Atomic uint64_t sampled;   /* this window */
     _Atomic uint64_t dropped;   /* sampled but not tracked or recorded */
@@ -558,12 +561,15 @@ void rperf_heap_gc_marked(uint64_t gc_count, bool major, bool (*marked)(uintptr_
         H.nyoung = 0;
         return;
     }
-    /* The dead are dropped from the index one by one (two probes each,
-     * cache misses in a large index), or, when many may die, all at once:
-     * retired unindexed and the index built again from the slots left
-     * (sequential; in place, as its size stays: no allocation in GC). A
-     * major marking visits every slot anyway; a minor one, when most
-     * tracked objects are young (a small interval: most of them garbage). */
+    /* The dead leave the address index one by one (two probes each: cache
+     * misses in a large index), or all at once: retired unindexed, the
+     * index then built again from the slots left (sequential; in place, as
+     * its size stays: no allocation in GC). All at once when most tracked
+     * objects are young and most of the young checked at the previous
+     * minor marking had died (a small interval, where nearly all sampled
+     * objects are garbage); one by one otherwise, so that a large live set
+     * is not inserted again for a few deaths. */
+    bool bulk = H.nyoung * 2 > H.used && H.young_died * 2 >= H.young_checked;
     bool retired = false;
     if (major) {
         H.nyoung = 0;
@@ -571,7 +577,7 @@ void rperf_heap_gc_marked(uint64_t gc_count, bool major, bool (*marked)(uintptr_
             heap_slot_t *s = slot_at(i);
             if (!s->obj || s->unverified) continue;
             if (!marked(s->obj)) {
-                slot_retire(i, false);
+                slot_retire(i, !bulk);
                 retired = true;
                 continue;
             }
@@ -582,29 +588,31 @@ void rperf_heap_gc_marked(uint64_t gc_count, bool major, bool (*marked)(uintptr_
              * here; a young object it cannot hold is not followed */
             if (H.nyoung < H.young_cap) H.young[H.nyoung++] = i;
             else {
-                slot_retire(i, false);
+                slot_retire(i, !bulk);
                 retired = true;
             }
         }
-        if (retired) index_rebuild(H.used);
-        return;
-    }
-    /* a minor marking frees no old object: only the young are checked */
-    bool bulk = H.nyoung * 2 > H.used;
-    size_t keep = 0;
-    for (size_t k = 0; k < H.nyoung; k++) {
-        uint32_t i = H.young[k];
-        heap_slot_t *s = slot_at(i);
-        if (!s->obj || s->old || s->unverified) continue;
-        if (!marked(s->obj)) {
-            slot_retire(i, !bulk);
-            retired = true;
-            continue;
+    } else {
+        /* a minor marking frees no old object: only the young are checked */
+        size_t keep = 0, checked = 0, died = 0;
+        for (size_t k = 0; k < H.nyoung; k++) {
+            uint32_t i = H.young[k];
+            heap_slot_t *s = slot_at(i);
+            if (!s->obj || s->old || s->unverified) continue;
+            checked++;
+            if (!marked(s->obj)) {
+                slot_retire(i, !bulk);
+                died++;
+                continue;
+            }
+            if (is_old(s->obj)) s->old = 1;
+            else H.young[keep++] = i;
         }
-        if (is_old(s->obj)) s->old = 1;
-        else H.young[keep++] = i;
+        H.nyoung = keep;
+        H.young_checked = checked;
+        H.young_died = died;
+        retired = died > 0;
     }
-    H.nyoung = keep;
     if (bulk && retired) index_rebuild(H.used);
     else bloom_refresh();
 }
