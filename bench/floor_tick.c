@@ -41,6 +41,19 @@ static int started;
 static _Atomic int running;
 static _Atomic long wakes;
 static int64_t period;
+/* 0: a fixed grid (one wake-up every period, as the profiler's tick on a
+ * steady holder); 1: one wake-up at a uniformly drawn moment of each
+ * period (as its tick at every change of holder), from a xorshift */
+static int drawn;
+static uint64_t rng = 0x9e3779b97f4a7c15ULL;
+
+static int64_t draw(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (int64_t)(rng % (uint64_t)period);
+}
 
 static int64_t mono_ns(void)
 {
@@ -52,24 +65,28 @@ static int64_t mono_ns(void)
 static void *tick_main(void *arg)
 {
     (void)arg;
-    int64_t deadline = mono_ns() + period;
+    int64_t slot = mono_ns() + period;            /* the current period's start */
+    int64_t deadline = drawn ? slot + draw() : slot;
     while (atomic_load(&running)) {
         struct timespec t = { .tv_sec = (time_t)(deadline / NSEC), .tv_nsec = (long)(deadline % NSEC) };
         if (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &t, NULL) != 0) continue;
         atomic_fetch_add_explicit(&wakes, 1, memory_order_relaxed);
         int64_t now = mono_ns();
-        deadline += period;
-        if (deadline < now) deadline = now + period;   /* missed: skip, as the profiler does */
+        slot += period;
+        if (slot < now) slot = now + period;          /* missed: skip, as the profiler does */
+        deadline = drawn ? slot + draw() : slot;
     }
     return NULL;
 }
 
-/* Starts the thread ticking at hz. Returns 0, or -1 (bad hz, already
+/* Starts the thread ticking at hz, on a grid (drawn_moments 0) or at a
+ * drawn moment of each period (1). Returns 0, or -1 (bad hz, already
  * started, or pthread_create failed). */
-int floor_tick_start(long hz)
+int floor_tick_start_schedule(long hz, int drawn_moments)
 {
     if (hz <= 0 || started) return -1;
     period = NSEC / hz;
+    drawn = drawn_moments != 0;
     atomic_store(&wakes, 0);
     atomic_store(&running, 1);
     sigset_t all, old;
@@ -81,6 +98,9 @@ int floor_tick_start(long hz)
     started = 1;
     return 0;
 }
+
+/* Starts the thread ticking at hz on a grid. */
+int floor_tick_start(long hz) { return floor_tick_start_schedule(hz, 0); }
 
 /* Stops and joins the thread (within one period). Returns its wake-ups. */
 long floor_tick_stop(void)

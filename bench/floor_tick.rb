@@ -8,7 +8,9 @@
 # waking at the same rate costs this machine in the same run.
 #
 #   FloorTick.available?   # false without cc or Fiddle (the column is skipped)
-#   FloorTick.start(1000)  # raises if it cannot start
+#   FloorTick.start(1000)  # raises if it cannot start; on a fixed grid
+#   FloorTick.start(1000, drawn: true) # one wake-up at a drawn moment of
+#                          # each period instead
 #   FloorTick.stop         # -> wake-ups since start
 #   FloorTick.hooks { ... } # runs the block with an empty Ruby thread event
 #                           # hook installed (Ruby's own dispatch cost)
@@ -27,10 +29,10 @@ module FloorTick
       !@start.nil?
     end
 
-    def start(hz)
+    def start(hz, drawn: false)
       load!
       raise "FloorTick: not available (#{@why})" unless @start
-      raise "FloorTick: could not start a #{hz} Hz timer thread" unless @start.call(hz).zero?
+      raise "FloorTick: could not start a #{hz} Hz timer thread" unless @start.call(hz, drawn ? 1 : 0).zero?
     end
 
     def stop
@@ -80,7 +82,8 @@ module FloorTick
       end
       lib = Fiddle.dlopen(so)
       File.unlink(so) # mapped already; nothing left behind
-      @start = Fiddle::Function.new(lib["floor_tick_start"], [Fiddle::TYPE_LONG], Fiddle::TYPE_INT)
+      @start = Fiddle::Function.new(lib["floor_tick_start_schedule"], [Fiddle::TYPE_LONG, Fiddle::TYPE_INT],
+                                    Fiddle::TYPE_INT)
       @stop = Fiddle::Function.new(lib["floor_tick_stop"], [], Fiddle::TYPE_LONG)
       @hooks_on = Fiddle::Function.new(lib["floor_hooks_on"], [], Fiddle::TYPE_INT)
       @hooks_off = Fiddle::Function.new(lib["floor_hooks_off"], [], Fiddle::TYPE_INT)
