@@ -19,7 +19,7 @@
  * Ruby sends every allocation through its slow path and the hook dispatch.
  *
  * Built as a shared object by bench/floor_tick.rb (cc -O2 -shared -fPIC)
- * and called through Fiddle. Contexts: floor_tick_start/stop and
+ * and called through Fiddle. Contexts: floor_tick_start_schedule/stop and
  * floor_hooks_on/off from Ruby (GVL held; the hook functions are looked up
  * in the running Ruby, no Ruby header needed); tick_main on its own thread,
  * every signal blocked (process-directed signals must go to Ruby's
@@ -98,9 +98,6 @@ int floor_tick_start_schedule(long hz, int drawn_moments)
     started = 1;
     return 0;
 }
-
-/* Starts the thread ticking at hz on a grid. */
-int floor_tick_start(long hz) { return floor_tick_start_schedule(hz, 0); }
 
 /* Stops and joins the thread (within one period). Returns its wake-ups. */
 long floor_tick_stop(void)
