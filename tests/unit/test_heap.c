@@ -8,7 +8,8 @@
  * says are alive, with their size now; the end of a marking retires the
  * objects it did not reach (a minor one reads only the young, and after a
  * marking the host did not see none until a settle), and the address
- * index stays exact whether a marking drops many or few; compaction moves
+ * index stays exact whether a marking drops many or few, and so does the
+ * bloom filter built again after many deaths; compaction moves
  * tracked objects (only in a GC whose marking was seen);
  * a clearing window keeps the live heap's entries (in use, with zero
  * allocations) and their frames; a run without allocation sampling
@@ -267,6 +268,35 @@ RPERF_TEST(markings_that_retire_many_or_few_keep_the_index_exact)
     rperf_engine_release();
 }
 
+/* Deaths dropped one by one leave their bloom bits set; once those
+ * outnumber the live ones the filter is built again from the index, and a
+ * survivor is still found by address. */
+RPERF_TEST(a_filter_rebuilt_after_many_deaths_still_finds_the_survivors)
+{
+    start_alloc(1);
+    stack[0] = 0x2000;
+    depth = 1;
+    rperf_heap_gc_seen(30);
+    dead_from = UINTPTR_MAX;
+    const uintptr_t a = 0x200000;
+    allocate(a, 600, CLASS_A);
+    /* a minor marking where none died: the next drops its dead one by one */
+    unmarked_from = UINTPTR_MAX;
+    old_below = 0;
+    rperf_heap_gc_marked(31, false, fake_marked, fake_old);
+    unmarked_from = a + 100 * 40;           /* 500 of 600 unreached */
+    rperf_heap_gc_marked(32, true, fake_marked, fake_old);
+    allocate(a + 40 * 40, 1, CLASS_B);      /* a survivor's address: it was freed */
+    allocate(a + 300 * 40, 3, CLASS_B);     /* retired addresses: nobody to retire */
+    unmarked_from = UINTPTR_MAX;
+    close_window();
+    RPERF_CHECK_EQ(totals_of(CLASS_A).inuse_objects, 99);
+    RPERF_CHECK_EQ(totals_of(CLASS_B).inuse_objects, 4);
+    rperf_engine_resume(false);
+    rperf_engine_stop();
+    rperf_engine_release();
+}
+
 RPERF_TEST(compaction_moves_tracked_objects)
 {
     start_alloc(1);
@@ -400,6 +430,7 @@ int main(void)
                      RPERF_CASE(a_heap_window_baseline_sees_changes_across_a_clear),
                      RPERF_CASE(a_marking_retires_what_it_did_not_reach_and_a_minor_one_reads_only_the_young),
                      RPERF_CASE(markings_that_retire_many_or_few_keep_the_index_exact),
+                     RPERF_CASE(a_filter_rebuilt_after_many_deaths_still_finds_the_survivors),
                      RPERF_CASE(compaction_moves_tracked_objects),
                      RPERF_CASE(a_clearing_window_keeps_the_live_heap),
                      RPERF_CASE(a_run_without_allocation_sampling_records_none));
