@@ -11,7 +11,8 @@
  *           real-time signal to the looping thread itself, empty handler:
  *           what :signal does per tick;
  *   thread  a helper thread sleeps to absolute deadlines
- *           (clock_nanosleep TIMER_ABSTIME) and does nothing else: the
+ *           (clock_nanosleep TIMER_ABSTIME, no timer slack) and does
+ *           nothing else: the
  *           timer-thread wake-up of :holder's direct trigger;
  *   tgkill  the same helper thread also sends the signal to the looping
  *           thread (tgkill): :holder's and :nanosleep's signal path.
@@ -28,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -54,6 +56,7 @@ static int64_t ns(clockid_t c)
 static void *helper(void *arg)
 {
     (void)arg;
+    prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);   /* as the profiler's tick thread */
     int64_t deadline = ns(CLOCK_MONOTONIC) + period;
     while (!atomic_load(&done)) {
         struct timespec t = { .tv_sec = (time_t)(deadline / 1000000000LL),

@@ -2,7 +2,8 @@
  * floor_tick.c — the in-process floor of the benches: a bare timer thread
  * inside a Ruby process, no profiler. It sleeps to absolute deadlines
  * (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME)) at a given frequency and
- * only counts its wake-ups, so a bench can run a workload with it and
+ * only counts its wake-ups (with no timer slack, as the profiler's tick
+ * thread sleeps: backends/timer_thread.c), so a bench can run a workload with it and
  * without it, side by side, and state what the profiler costs above what
  * any timer thread waking at that rate costs this machine (on a nested VM a
  * wake-up among GVL hand-offs costs far more than one in a compute loop:
@@ -32,6 +33,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <sys/prctl.h>
 #include <time.h>
 
 #define NSEC 1000000000LL
@@ -65,6 +67,7 @@ static int64_t mono_ns(void)
 static void *tick_main(void *arg)
 {
     (void)arg;
+    prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);       /* as the profiler's tick thread */
     int64_t slot = mono_ns() + period;            /* the current period's start */
     int64_t deadline = drawn ? slot + draw() : slot;
     while (atomic_load(&running)) {
