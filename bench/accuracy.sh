@@ -18,6 +18,7 @@
 # extension into build/accuracy here, never into its own folder.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+. "$ROOT/script/env.sh"
 CACHE=${RPERF_CACHE:-$HOME/.cache/rperf}
 BUILD_DIR=${RPERF_BUILD_DIR:-$ROOT/build}
 HARNESS=${RPERF_ACCURACY_HARNESS:-$ROOT/../shared/accuracy}

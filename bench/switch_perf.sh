@@ -25,6 +25,7 @@
 # Needs perf (Debian: linux-perf) and the project's Ruby (script/setup).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+. "$ROOT/script/env.sh"
 CACHE=${RPERF_CACHE:-$HOME/.cache/rperf}
 RUBY=${RPERF_RUBY:-$(cat "$CACHE/ruby-path" 2>/dev/null || true)}
 mode=wall workload=switch hz=1 rounds=5 libs=()
