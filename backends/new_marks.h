@@ -7,7 +7,8 @@
  * first turn"): the job bitset is one per VM, and the run that takes a new
  * thread's request may number another thread. These two counters keep
  * that check to two loads when nothing is left: the holders marked `new`
- * so far, and the count up to which a job found none.
+ * so far, the count up to which a job found none, and the count the last
+ * re-signal scanned.
  */
 #ifndef RPERF_NEW_MARKS_H
 #define RPERF_NEW_MARKS_H
@@ -15,18 +16,22 @@
 #include "rperf_core.h"
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 typedef struct {
-    _Atomic uint64_t marks, done;
+    _Atomic uint64_t marks, done, scanned;
     _Atomic int64_t last_ns;      /* CLOCK_MONOTONIC of the last re-signal */
 } rperf_new_marks_t;
 
 /* Re-signals are at least this far apart (or the tick interval, if
- * shorter): a `new` holder that cannot run its job yet (inside a C call
- * that keeps its GVL, or waiting for its turn) would otherwise get a
- * signal at every job run of every other thread, each one an EINTR for
- * its call. */
+ * shorter) while no holder was marked since the last one: a `new` holder
+ * that cannot run its job yet (inside a C call that keeps its GVL, or
+ * waiting for its turn) would otherwise get a signal at every job run of
+ * every other thread, each one an EINTR for its call. A holder marked
+ * since then is signalled at once: the job run that took its request may
+ * be the last one for a while (no tick reaches a Ractor that lives less
+ * than an interval), and waiting out the gap left it unnumbered. */
 #define RPERF_NEW_MARKS_GAP_NS 2000000LL
 
 /* Own context (a thread hook or the job), async-signal-safe: a holder was
@@ -38,10 +43,11 @@ static inline void rperf_new_marks_add(rperf_new_marks_t *m)
 
 /* In the job (own context, GVL held, no Ruby API): while a `new` holder may
  * be left, call signal_new (the tick signal to every `new` holder but the
- * caller, returning how many it sent), at most once per gap
- * (min(the tick interval, RPERF_NEW_MARKS_GAP_NS)); when it sends none, the marks
- * read before it are done. A mark made after that read keeps the counts
- * apart, so a later job looks again. */
+ * caller, returning how many it sent): at once when a holder was marked
+ * since the last call, otherwise at most once per gap (min(the tick
+ * interval, RPERF_NEW_MARKS_GAP_NS)); when it sends none, the marks read
+ * before it are done. A mark made after that read keeps the counts apart,
+ * so a later job looks again. */
 static inline void rperf_new_marks_resignal(rperf_new_marks_t *m, int (*signal_new)(void))
 {
     uint64_t marks = atomic_load_explicit(&m->marks, memory_order_acquire);
@@ -51,8 +57,10 @@ static inline void rperf_new_marks_resignal(rperf_new_marks_t *m, int (*signal_n
     int64_t gap = interval_ns < RPERF_NEW_MARKS_GAP_NS ? interval_ns : RPERF_NEW_MARKS_GAP_NS;
     int64_t now = rperf_mono_ns();
     int64_t last = atomic_load_explicit(&m->last_ns, memory_order_relaxed);
-    if (last && now - last < gap) return;
+    bool fresh = marks != atomic_load_explicit(&m->scanned, memory_order_relaxed);
+    if (!fresh && last && now - last < gap) return;
     if (!atomic_compare_exchange_strong(&m->last_ns, &last, now)) return;   /* another job does it */
+    atomic_store_explicit(&m->scanned, marks, memory_order_relaxed);
     if (signal_new() == 0) atomic_store_explicit(&m->done, marks, memory_order_relaxed);
 }
 
