@@ -5,7 +5,7 @@
  * Every backend (holder, nanosleep, signal) re-signals such holders from
  * every job run until a scan finds none (docs/backends.md, "Numbered at the
  * first turn"): the job bitset is one per VM, and the run that takes a new
- * thread's request may number another thread. These two counters keep
+ * thread's request may number another thread. These counters keep
  * that check to two loads when nothing is left: the holders marked `new`
  * so far, the count up to which a job found none, and the count the last
  * re-signal scanned.
@@ -31,7 +31,7 @@ typedef struct {
  * every other thread, each one an EINTR for its call. A holder marked
  * since then is signalled at once: the job run that took its request may
  * be the last one for a while (no tick reaches a Ractor that lives less
- * than an interval), and waiting out the gap left it unnumbered. */
+ * than an interval), and waiting out the gap can leave it unnumbered. */
 #define RPERF_NEW_MARKS_GAP_NS 2000000LL
 
 /* Own context (a thread hook or the job), async-signal-safe: a holder was
