@@ -97,7 +97,8 @@ class TestLiveChildren < Test::Unit::TestCase
       pid = fork_worker
       dir = Rperf.instance_variable_get(:@run)[:inherit_dir]
       deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 60
-      until Dir.children(dir).any? { |n| n.start_with?("#{pid}.w") } ||
+      # a whole window: written to "<name>.tmp.<random>", then renamed
+      until Dir.children(dir).any? { |n| n.start_with?("#{pid}.w") && n.end_with?(".pb.gz") } ||
             Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
         IO.select(nil, nil, nil, 0.02)
       end
