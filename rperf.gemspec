@@ -20,6 +20,8 @@ Gem::Specification.new do |s|
   # 3.3.1: a postponed job triggered from a non-Ruby thread goes to the
   # main Ractor's running thread (Ruby bug #20197), which the default
   # backend's direct trigger relies on; 3.3.0 sends it to the main thread.
+  # Tested on 3.3 and 3.4; a newer series runs in rperf's conservative form
+  # (docs/architecture.md, "Ruby versions").
   s.required_ruby_version = ">= 3.3.1"
   s.platform = Gem::Platform::RUBY
 

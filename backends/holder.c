@@ -39,7 +39,10 @@
  *    start-ups and set running_ec back: direct_trigger_exact), (b) the holder resumed less than
  *    GUARD_NS ago (Ruby may set running_ec just after RESUMED), or (c) the
  *    main Ractor runs M:N threads (RUBY_MN_THREADS=1: running_ec is cleared
- *    while a thread switches away, which can race with the next holder).
+ *    while a thread switches away, which can race with the next holder),
+ *    or (d) the host has not verified its Ruby's running_ec behaviour
+ *    (rperf_config_t direct_trigger: a Ruby series newer than those the
+ *    suite ran on).
  *    A holder attached without a RESUMED in this run (the caller of start,
  *    or a thread first met in its job) is tried directly too: a thread
  *    started before the run may have left running_ec pointing at itself,
@@ -145,6 +148,9 @@ static struct {
     _Atomic uint64_t epoch;       /* bumped per run: stale TLS indices */
 } live = { 0, 1 };
 static bool mn_main;              /* RUBY_MN_THREADS: main Ractor is M:N */
+/* the host verified where its Ruby points running_ec (rperf_config_t
+ * direct_trigger): else every tick goes by signal */
+static bool direct_ok;
 static bool cpu_clock;            /* cpu mode: hand the tick's reading to the job */
 
 /* ---- the holder table (own context: thread hooks and the job) ---------------- */
@@ -339,7 +345,7 @@ static void clear_table(void)
  * deliver catching a start-up slower than that. */
 static bool direct_trigger_exact(int64_t since, int64_t now)
 {
-    if (mn_main || (since != 0 && now - since < GUARD_NS)) return false;
+    if (!direct_ok || mn_main || (since != 0 && now - since < GUARD_NS)) return false;
     if (rperf_engine_unsettled_threads() == 0) return true;
     return since != 0 && since - rperf_engine_last_thread_start() >= SETTLE_NS;
 }
@@ -525,6 +531,7 @@ static bool nobody_holds(void)
 static int holder_start(const rperf_backend_config_t *cfg, char *err, size_t errlen)
 {
     mn_main = rperf_engine_config()->main_mn;   /* the host's one answer */
+    direct_ok = rperf_engine_config()->direct_trigger;
     cpu_clock = cfg->cpu_clock != 0;
     clear_table();
     last_direct = false;

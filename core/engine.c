@@ -411,6 +411,14 @@ int rperf_engine_other_ractor_threads(void)
     return n;
 }
 
+int rperf_engine_unnumbered_threads(void)
+{
+    int n = 0;
+    for (rperf_thread_t *pt = atomic_load(&rperf__threads); pt; pt = atomic_load(&pt->next))
+        if (!atomic_load(&pt->exited) && rperf_thread_ractor(pt) == 0) n++;
+    return n;
+}
+
 void rperf_engine_each_thread_label(void (*cb)(uint32_t id, void *ctx), void *ctx)
 {
     for (rperf_thread_t *pt = atomic_load(&rperf__threads); pt; pt = atomic_load(&pt->next))

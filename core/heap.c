@@ -17,14 +17,16 @@
  * frames; the record carries the tracker slot's token, and the worker links
  * the slot to the table entry it adds the record to.
  *
- * An object's death is learned without a hook on every freed object
- * (which would cost every sweep): at the end of each marking the host
- * reports, the tracked objects it did not mark are retired (a minor
- * marking checks only the young ones: it frees no old object); a new
- * object at a tracked address means the tracked one was freed (every
- * allocation passes rperf_alloc_seen, whose bloom filter makes that check
- * one bit for untracked addresses); and a window's close asks the host
- * whether each tracked object is still the one that was sampled.
+ * An object's death is learned from the host's free hook
+ * (rperf_alloc_freed: Ruby's FREEOBJ event, for every object swept; the
+ * bloom filter makes it one bit for an untracked address); a new object
+ * at a tracked address also means the tracked one was freed (every
+ * allocation passes rperf_alloc_seen); and a window's close asks the host
+ * whether each tracked object is still the one that was sampled. Where
+ * frees may have gone unreported (a GC whose marking the host did not
+ * see, or sweeps in a Ractor without the hook), every object tracked then
+ * becomes unverified: nothing reads it (compaction does not follow it)
+ * until a settle has the host check its address first.
  *
  * Contexts:
  *  - allocation hook (own: the allocating Ruby thread, holding its GVL;
@@ -32,6 +34,9 @@
  *    by its VM lock; other Ractors' hooks also hold `mu`, below):
  *    rperf_alloc_seen, rperf_alloc_record. No Ruby API (the host's capture
  *    only), may malloc.
+ *  - free hook (inside GC, sweeping: serialized with the allocation hooks
+ *    by the same locks; other Ractors' hooks hold `mu`): rperf_alloc_freed.
+ *    No allocation.
  *  - worker, or a GVL thread while the worker is parked: rperf__heap_add.
  *  - the main Ractor's GVL held (so no hook of that Ractor runs), holding
  *    `mu` (so none of another), worker parked or joined: rperf_heap_settle,
@@ -60,14 +65,14 @@ typedef struct heap_slot {
     _Atomic uint64_t link;
     uint32_t bytes;             /* the object's slot size */
     uint32_t next_free;         /* index + 1 of the next free slot */
+    /* H.epoch when it was last known alive: another value means a GC
+     * whose frees may have gone unreported ran since, so its page may be
+     * gone and nothing reads it until a settle checks it */
+    uint32_t epoch;
     uint8_t rtype;              /* the host's type code */
-    uint8_t old;                /* old at a marking: a minor GC never frees it */
     /* allocated in another Ractor: its size is never read from the main
      * Ractor (its Ractor may be changing it) */
     uint8_t foreign;
-    /* a GC the host did not see ran since it was last known alive: its
-     * page may be gone, so nothing reads it until a settle checks it */
-    uint8_t unverified;
 } heap_slot_t;
 
 typedef struct heap_entry {
@@ -101,13 +106,10 @@ static struct {
      * stay set (a bloom filter cannot unset one) and send allocations at
      * those addresses to the index for nothing (bloom_refresh) */
     size_t bloom_stale;
-    /* slots sampled since the last marking that may still be young (a
-     * minor marking checks only these; duplicates are harmless) */
-    uint32_t *young;
-    size_t nyoung, young_cap;
-    /* the last minor marking: young objects it checked, and how many of
-     * them it found dead (rperf_heap_gc_marked: how the dead leave the index) */
-    size_t young_checked, young_died;
+    /* bumped by a GC whose frees may have gone unreported: a slot of an
+     * older epoch is unverified (heap_slot_t.epoch) */
+    uint32_t epoch;
+    bool unverified;            /* some slot may be of an older epoch */
     uint64_t seen_gc;           /* the host's GC count at the last marking seen */
     _Atomic uint64_t sampled;   /* this window */
     _Atomic uint64_t dropped;   /* sampled but not tracked or recorded */
@@ -245,9 +247,9 @@ static bool index_rebuild(size_t want)
 
 /* The filter built again from the index alone, once the stale bits
  * outnumber the live ones and a quarter of the index: sampled garbage
- * retired at each marking would otherwise set bit after bit until every
- * allocation probes the index. O(index), amortised over the deletions
- * that made it due; no allocation (it runs inside GC). */
+ * retired as it is freed would otherwise set bit after bit until every
+ * allocation and free probes the index. O(index), amortised over the
+ * deletions that made it due; no allocation (it runs inside GC). */
 static void bloom_refresh(void)
 {
     if (H.bloom_stale < H.index_cap / 4 || H.bloom_stale <= H.used) return;
@@ -326,6 +328,15 @@ bool rperf_alloc_seen(uintptr_t obj)
     return true;
 }
 
+void rperf_alloc_freed(uintptr_t obj)
+{
+    if (!H.on || !H.used || !bloom_test(obj)) return;
+    size_t i = index_find(obj);
+    if (!H.index[i]) return;
+    slot_retire(entry_slot(H.index[i]), true);
+    bloom_refresh();
+}
+
 void rperf_alloc_lock(void) { pthread_mutex_lock(&mu); }
 void rperf_alloc_unlock(void) { pthread_mutex_unlock(&mu); }
 /* in fork()'s child: another Ractor's thread may have held it */
@@ -340,11 +351,6 @@ void rperf_alloc_record(uintptr_t obj, uintptr_t klass, uint32_t rtype, uint32_t
     if (rperf__engine.cfg.deferred && !rperf_thread_profiled(pt)) return;
     atomic_fetch_add_explicit(&H.sampled, 1, memory_order_relaxed);
     if ((H.used + 1) * 4 > H.index_cap * 3 && !index_rebuild(H.used + 1)) goto drop;
-    /* every young object must be on the young list: a minor GC may free
-     * it and give its page back, and only the list's check retires it */
-    if (H.nyoung == H.young_cap &&
-        rperf__grow((void **)&H.young, &H.young_cap, sizeof(uint32_t), H.nyoung + 1) < 0)
-        goto drop;
     uint32_t si;
     if (!slot_alloc(&si)) goto drop;
     heap_slot_t *s = slot_at(si);
@@ -352,10 +358,8 @@ void rperf_alloc_record(uintptr_t obj, uintptr_t klass, uint32_t rtype, uint32_t
     s->klass = klass;
     s->bytes = bytes;
     s->rtype = (uint8_t)rtype;
-    s->old = 0;
-    s->unverified = 0;
+    s->epoch = H.epoch;
     s->foreign = rperf_thread_ractor(pt) > 1;   /* 0: not known, never another Ractor with a hook */
-    H.young[H.nyoung++] = si;
     H.used++;
     index_put(si);
     uint64_t gen = atomic_load_explicit(&s->link, memory_order_relaxed) >> 32;
@@ -481,7 +485,6 @@ void rperf__heap_destroy(void)
                     CHUNK_SLOTS * sizeof(heap_slot_t));
     if (H.index) rperf__free(H.index, H.index_cap * sizeof(uint32_t));
     if (H.bloom) rperf__free(H.bloom, H.bloom_bits / 8);
-    if (H.young) rperf__free(H.young, H.young_cap * sizeof(uint32_t));
     if (H.kept) free(H.kept);
     memset(&H, 0, sizeof(H));
     pthread_mutex_unlock(&mu);
@@ -501,7 +504,7 @@ int rperf__heap_init(uint32_t interval)
 
 bool rperf_heap_enabled(void) { return H.on; }
 
-void rperf_heap_settle(bool (*alive)(uintptr_t obj, uintptr_t klass, uint32_t rtype),
+void rperf_heap_settle(bool (*alive)(uintptr_t obj, uintptr_t klass, uint32_t rtype, bool verified),
                        size_t (*memsize)(uintptr_t obj))
 {
     if (!H.on) return;
@@ -513,108 +516,41 @@ void rperf_heap_settle(bool (*alive)(uintptr_t obj, uintptr_t klass, uint32_t rt
         heap_slot_t *s = slot_at(i);
         if (!s->obj) continue;
         uint64_t e = atomic_load_explicit(&s->link, memory_order_acquire) & 0xffffffff;
-        if (e == 0 || e > H.n || !alive(s->obj, s->klass, s->rtype)) {
+        if (e == 0 || e > H.n || !alive(s->obj, s->klass, s->rtype, s->epoch == H.epoch)) {
             slot_retire(i, false);
             retired = true;
             continue;
         }
-        if (s->unverified) {
-            s->unverified = 0;
-            /* young or not, a minor marking checks it from now on (its
-             * old flag was not kept up meanwhile) */
-            if (!s->old && (H.nyoung < H.young_cap ||
-                            rperf__grow((void **)&H.young, &H.young_cap, sizeof(uint32_t), H.nyoung + 1) == 0))
-                H.young[H.nyoung++] = i;
-            else if (!s->old) {
-                slot_retire(i, false);
-                retired = true;
-                continue;
-            }
-        }
+        s->epoch = H.epoch;
         heap_entry_t *en = &H.entries[e - 1];
         en->inuse_objects += H.interval;
         en->inuse_bytes += H.interval * (int64_t)(s->foreign ? s->bytes : memsize(s->obj));
         live++;
     }
     H.live = live;
+    H.unverified = false;
     if (retired) index_rebuild(H.used);
     pthread_mutex_unlock(&mu);
 }
 
+bool rperf_heap_unverified(void) { return H.on && H.unverified; }
+
 void rperf_heap_gc_seen(uint64_t gc_count) { H.seen_gc = gc_count; }
 
-/* Inside GC at the end of marking, before sweeping (and compaction) and
- * before any page is given back: retire the tracked objects the marking
- * did not reach. Every object tracked was alive at the previous marking
- * seen or allocated since, so its page is still there to be read; after a
- * marking the host did not see (a GC another Ractor ran), that no longer
- * holds, and the objects tracked before it wait for a settle. */
-void rperf_heap_gc_marked(uint64_t gc_count, bool major, bool (*marked)(uintptr_t),
-                          bool (*is_old)(uintptr_t))
+/* Inside GC at the end of marking, before sweeping (and compaction). A
+ * marking the host did not report before this one (a GC another Ractor
+ * ran without the hooks) may have freed tracked objects unreported, and
+ * so may sweeps the host cannot report: the objects tracked now become
+ * unverified (one step of the epoch, no pass over the slots). */
+void rperf_heap_gc_marked(uint64_t gc_count, bool unseen_frees)
 {
     if (!H.on) return;
     bool missed = H.seen_gc && gc_count != H.seen_gc + 1;
     H.seen_gc = gc_count;
-    if (missed) {
-        for (uint32_t i = 0; i < H.top; i++)
-            if (slot_at(i)->obj) slot_at(i)->unverified = 1;
-        H.nyoung = 0;
-        return;
+    if ((missed || unseen_frees) && H.used) {
+        H.epoch++;
+        H.unverified = true;
     }
-    /* The dead leave the address index one by one (two probes each: cache
-     * misses in a large index), or all at once: retired unindexed, the
-     * index then built again from the slots left (sequential; in place, as
-     * its size stays: no allocation in GC). All at once when most tracked
-     * objects are young and most of the young checked at the previous
-     * minor marking had died (a small interval, where nearly all sampled
-     * objects are garbage); one by one otherwise, so that a large live set
-     * is not inserted again for a few deaths. */
-    bool bulk = H.nyoung * 2 > H.used && H.young_died * 2 >= H.young_checked;
-    bool retired = false;
-    if (major) {
-        H.nyoung = 0;
-        for (uint32_t i = 0; i < H.top; i++) {
-            heap_slot_t *s = slot_at(i);
-            if (!s->obj || s->unverified) continue;
-            if (!marked(s->obj)) {
-                slot_retire(i, !bulk);
-                retired = true;
-                continue;
-            }
-            s->old = s->old || is_old(s->obj);
-            if (s->old) continue;
-            /* the list holds at most what it held before plus the slots
-             * sampled since, which were on it: it never needs to grow
-             * here; a young object it cannot hold is not followed */
-            if (H.nyoung < H.young_cap) H.young[H.nyoung++] = i;
-            else {
-                slot_retire(i, !bulk);
-                retired = true;
-            }
-        }
-    } else {
-        /* a minor marking frees no old object: only the young are checked */
-        size_t keep = 0, checked = 0, died = 0;
-        for (size_t k = 0; k < H.nyoung; k++) {
-            uint32_t i = H.young[k];
-            heap_slot_t *s = slot_at(i);
-            if (!s->obj || s->old || s->unverified) continue;
-            checked++;
-            if (!marked(s->obj)) {
-                slot_retire(i, !bulk);
-                died++;
-                continue;
-            }
-            if (is_old(s->obj)) s->old = 1;
-            else H.young[keep++] = i;
-        }
-        H.nyoung = keep;
-        H.young_checked = checked;
-        H.young_died = died;
-        retired = died > 0;
-    }
-    if (bulk && retired) index_rebuild(H.used);
-    else bloom_refresh();
 }
 
 void rperf_heap_relocate(uint64_t gc_count, uintptr_t (*location)(uintptr_t))
@@ -624,7 +560,7 @@ void rperf_heap_relocate(uint64_t gc_count, uintptr_t (*location)(uintptr_t))
     bool moved = false;
     for (uint32_t i = 0; i < H.top; i++) {
         heap_slot_t *s = slot_at(i);
-        if (!s->obj || s->unverified) continue;
+        if (!s->obj || s->epoch != H.epoch) continue;
         uintptr_t o = location(s->obj);
         if (o != s->obj) {
             s->obj = o;

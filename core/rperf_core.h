@@ -96,6 +96,11 @@ typedef struct rperf_config {
     const struct rperf_backend_ops *backend;
     bool main_mn;             /* the main Ractor runs M:N threads (several Ruby
                                  threads share a native thread) */
+    /* a trigger from a thread outside Ruby reaches the main Ractor's GVL
+     * holder exactly when that holder took its GVL after every other
+     * thread's start-up (the host verified how its Ruby sets running_ec);
+     * false: the holder backend sends every tick by signal */
+    bool direct_trigger;
     bool aggregate;           /* false: keep raw samples */
     uint32_t ring_slots;      /* power of two, >= 1024 */
     int signo;                /* signal for the signal backend (0 = default) */
@@ -283,6 +288,9 @@ bool rperf_engine_ticks_wanted(void);
 /* GVL held: live threads of the run known to be of another Ractor than
  * the main one, or of a Ractor not known yet. */
 int rperf_engine_other_ractor_threads(void);
+/* GVL held or inside GC: live threads of the run whose Ractor is not known
+ * yet. */
+int rperf_engine_unnumbered_threads(void);
 
 /* GVL held, worker parked (snapshot): cb(label set id) for every live
  * thread of the run. */
@@ -402,23 +410,36 @@ void rperf_alloc_unlock(void);
 void rperf_alloc_record(uintptr_t obj, uintptr_t klass, uint32_t rtype, uint32_t bytes);
 /* any context: this run samples allocations */
 bool rperf_heap_enabled(void);
+/* Free hook (the host's notice that an object is being freed: Ruby's
+ * FREEOBJ event, inside GC, serialized as the allocation hook is; another
+ * Ractor's calls inside rperf_alloc_lock): a tracked object at `obj` is
+ * gone. Reads nothing at that address. */
+void rperf_alloc_freed(uintptr_t obj);
 /* GVL held, no allocation hook running, worker parked or joined (a
  * window's close): forget the tracked objects that are gone (alive says
  * whether `obj` is still the object sampled, of class `klass` and type
- * `rtype`) and compute each entry's in-use objects and bytes (memsize:
- * the object's size now). */
-void rperf_heap_settle(bool (*alive)(uintptr_t obj, uintptr_t klass, uint32_t rtype),
+ * `rtype`; `verified` false: a GC ran whose frees may not have been
+ * reported (rperf_heap_gc_marked), so the object's page may be gone and
+ * the host must check the address before reading it) and compute each
+ * entry's in-use objects and bytes (memsize: the object's size now). */
+void rperf_heap_settle(bool (*alive)(uintptr_t obj, uintptr_t klass, uint32_t rtype, bool verified),
                        size_t (*memsize)(uintptr_t obj));
+/* GVL held, before a settle: some tracked object is unverified (the host
+ * then lists its heap's pages for `alive`). */
+bool rperf_heap_unverified(void);
 /* GVL held, at start: the host's GC count (its GCs are numbered 1, 2, …). */
 void rperf_heap_gc_seen(uint64_t gc_count);
-/* Inside GC, at the end of marking GC number gc_count (before sweeping):
- * retire the tracked objects not marked. major: a full marking (else only
- * the objects not yet old are checked); is_old: never freed by a minor GC. */
-void rperf_heap_gc_marked(uint64_t gc_count, bool major, bool (*marked)(uintptr_t),
-                          bool (*is_old)(uintptr_t));
+/* Inside GC, at the end of marking GC number gc_count (before sweeping).
+ * The host reports every free through rperf_alloc_freed; a GC numbered
+ * past the one seen before (its marking was not reported), or
+ * unseen_frees (some of this GC's frees may run where the host cannot
+ * report them), makes every object tracked now unverified: nothing reads
+ * it until a settle has the host check it. */
+void rperf_heap_gc_marked(uint64_t gc_count, bool unseen_frees);
 /* Inside GC compaction of GC number gc_count (world stopped): follow the
  * tracked objects that moved (location: where the object at an address is
- * now). Nothing is read unless that GC's marking was reported. */
+ * now). Only verified objects are read, and only when that GC's marking
+ * was reported. */
 void rperf_heap_relocate(uint64_t gc_count, uintptr_t (*location)(uintptr_t));
 
 typedef struct rperf_heap_stats {

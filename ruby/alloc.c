@@ -1,39 +1,41 @@
 /*
- * alloc.c — the allocation hook of runs that sample allocations, and what
- * the live heap (core/heap.c) asks of Ruby: is a tracked object still the
- * one sampled, its size now, where compaction moved it, and the names of
- * the sampled classes in a result.
+ * alloc.c — the allocation and free hook of runs that sample allocations,
+ * and what the live heap (core/heap.c) asks of Ruby: is a tracked object
+ * still the one sampled, its size now, where compaction moved it, and the
+ * names of the sampled classes in a result.
  *
- * The hook (RUBY_INTERNAL_EVENT_NEWOBJ, raw argument) sits in the main
- * Ractor's hook list while such a run goes: added at start, removed at
- * stop (GVL held, main Ractor, never from a hook or a job), so a run
- * without allocation sampling costs allocations nothing: with a NEWOBJ
- * hook every allocation takes Ruby's slow path. Ruby runs it inside the
- * allocation, after the object's header is set, on the allocating thread
- * holding the main Ractor's GVL: so its calls are serialized, as
- * core/heap.c needs. It allocates no Ruby object and calls no method (the
- * stack is read by rb_profile_frames through the engine's host capture).
- * Allocations of other Ractors run their own hook lists and are not seen
- * (docs/architecture.md, "Allocations").
+ * The hook (RUBY_INTERNAL_EVENT_NEWOBJ and RUBY_INTERNAL_EVENT_FREEOBJ,
+ * raw argument) sits in the main Ractor's hook list while such a run
+ * goes: added at start, removed at stop (GVL held, main Ractor, never
+ * from a hook or a job), so a run without allocation sampling costs
+ * allocations and sweeps nothing: with a NEWOBJ hook every allocation
+ * takes Ruby's slow path, with a FREEOBJ hook every freed object calls
+ * the hook. Ruby runs NEWOBJ inside the allocation, after the object's
+ * header is set, and FREEOBJ as the sweep frees an object, before its
+ * memory is released, on the thread holding the main Ractor's GVL: so its
+ * calls are serialized, as core/heap.c needs. It allocates no Ruby object
+ * and calls no method (the stack is read by rb_profile_frames through the
+ * engine's host capture). Other Ractors get a hook of their own
+ * (ractor_hook below).
  *
- * Contexts: the hook — allocation hook (see above); alive/memsize — GVL
- * held at a window's close; relocate and gc_end_mark — inside GC (the
- * main Ractor's GC hook at the end of marking); the rest GVL held, main
- * Ractor.
+ * Contexts: the hooks — allocation hook and free hook, inside GC (see
+ * above); alive/memsize — GVL held at a window's close; relocate and
+ * gc_end_mark — inside GC (the main Ractor's GC hook at the end of
+ * marking); the rest GVL held, main Ractor.
  *
- * Three functions Ruby 3.3 exports for its own extensions (ext/objspace)
- * but declares only in its internal headers are declared here:
- * rb_gc_obj_slot_size (a new object's slot: its body is not set up yet
- * when the hook runs, so its memsize cannot be read then),
- * rb_obj_memsize_of (ObjectSpace.memsize_of) and
- * rb_objspace_markable_object_p (a heap address holds a live object,
- * lazy sweeping included: it reads the slot, so the address is first
- * checked against the heap's pages, listed by rb_objspace_each_objects,
- * since the page of a dead object may have been given back),
- * rb_objspace_marked_object_p (at the end of a marking: the tracked
- * objects the marking did not reach are retired before their pages can
- * go).
- * docs/architecture.md says why each is needed.
+ * Besides the public API, three functions that libruby exports and Ruby's
+ * own ext/objspace calls in every version from 3.3 on, but that no
+ * installed header declares, are declared here (the public-symbol test,
+ * tests/ruby/test_public_symbols.rb, allows exactly these, with these
+ * reasons; docs/architecture.md, "Ruby's API"):
+ * rb_gc_obj_slot_size (a new object's slot size: its body is not set up
+ * yet when NEWOBJ runs, so its memsize cannot be read then; no public
+ * function gives it), rb_obj_memsize_of (the C side of
+ * ObjectSpace.memsize_of, which needs `require "objspace"` and a method
+ * call, neither allowed at a window's close) and rb_objspace_each_objects
+ * (the heap's pages: an unverified object's address is checked against
+ * them before its slot is read, since the page of a dead object may have
+ * been given back; called only when some object is unverified).
  */
 #include "rperf_ruby.h"
 #include "tick_signal.h"
@@ -42,8 +44,6 @@
 
 size_t rb_gc_obj_slot_size(VALUE obj);
 size_t rb_obj_memsize_of(VALUE obj);
-int rb_objspace_markable_object_p(VALUE obj);
-int rb_objspace_marked_object_p(VALUE obj);
 void rb_objspace_each_objects(int (*callback)(void *start, void *end, size_t stride, void *data),
                               void *data);
 
@@ -57,6 +57,8 @@ static bool paused;
  * adding a hook to another Ractor's list (which sets the VM-wide event
  * flags to that list's events) leaves every hook of the main Ractor on */
 static _Atomic bool ractors_ok;
+/* the installed hook is locked_hook (an unverified Ruby) */
+static bool locked;
 
 /* Types whose objects have a class at allocation (other types: internal
  * objects, named by type). */
@@ -73,21 +75,49 @@ static bool classed_type(int t)
     }
 }
 
-static void newobj_hook(VALUE data, const rb_trace_arg_t *arg)
+static void record(VALUE obj)
 {
-    (void)data;
-    VALUE obj = rb_tracearg_object((rb_trace_arg_t *)arg);
-    if (!rperf_alloc_seen((uintptr_t)obj) || paused) return;
     int t = RB_BUILTIN_TYPE(obj);
     VALUE klass = classed_type(t) ? RBASIC_CLASS(obj) : 0;
     rperf_alloc_record((uintptr_t)obj, (uintptr_t)klass, (uint32_t)t,
                        (uint32_t)rb_gc_obj_slot_size(obj));
 }
 
+static void newobj_hook(VALUE data, const rb_trace_arg_t *arg)
+{
+    (void)data;
+    VALUE obj = rb_tracearg_object((rb_trace_arg_t *)arg);
+    if (rb_tracearg_event_flag((rb_trace_arg_t *)arg) & RUBY_INTERNAL_EVENT_FREEOBJ) {
+        rperf_alloc_freed((uintptr_t)obj);
+        return;
+    }
+    if (rperf_alloc_seen((uintptr_t)obj) && !paused) record(obj);
+}
+
+/* The main Ractor's hook on a Ruby whose hooks were not verified to fire
+ * only for the Ractor whose list holds them (rperf_rb_verified_ruby): any
+ * Ractor's thread may call it, so every call takes the tracker's lock and
+ * the engine's enter/leave, as other Ractors' hooks do. */
+static void locked_hook(VALUE data, const rb_trace_arg_t *arg)
+{
+    (void)data;
+    VALUE obj = rb_tracearg_object((rb_trace_arg_t *)arg);
+    rperf_alloc_lock();
+    if (rb_tracearg_event_flag((rb_trace_arg_t *)arg) & RUBY_INTERNAL_EVENT_FREEOBJ) {
+        rperf_alloc_freed((uintptr_t)obj);
+    } else if (rperf_alloc_seen((uintptr_t)obj) && !paused && rperf_engine_enter()) {
+        record(obj);
+        rperf_engine_leave();
+    }
+    rperf_alloc_unlock();
+}
+
 /* A raw-argument hook has its own signature; Ruby's API takes it as an
  * rb_event_hook_func_t (the cast goes through void (*)(void), the generic
  * function pointer type, as C11 allows). */
 #define HOOK_FUNC ((rb_event_hook_func_t)(void (*)(void))newobj_hook)
+#define LOCKED_HOOK_FUNC ((rb_event_hook_func_t)(void (*)(void))locked_hook)
+#define ALLOC_EVENTS (RUBY_INTERNAL_EVENT_NEWOBJ | RUBY_INTERNAL_EVENT_FREEOBJ)
 
 /* ---- other Ractors ---------------------------------------------------------
  * A Ractor's allocations run its own hook list, so each other Ractor gets a
@@ -95,8 +125,8 @@ static void newobj_hook(VALUE data, const rb_trace_arg_t *arg)
  * allocation run asks for one: rperf_rb_alloc_wants_ractor_job). In Ruby
  * 3.3 a change to a Ractor's list sets the VM-wide event flags to that
  * list's events (vm_trace.c update_global_event_hook): the hook there
- * carries the events of the main Ractor's list — rperf's GC hook's and
- * NEWOBJ — so the flags stay what they were, and it is added only when
+ * carries the events of the main Ractor's list — rperf's GC hook's,
+ * NEWOBJ and FREEOBJ — so the flags stay what they were, and it is added only when
  * the main Ractor's list held nothing else at start (a TracePoint or
  * another tool's hook there would be turned off). It is never removed
  * (removing is a change too, and the Ractor may never run again): after
@@ -104,22 +134,27 @@ static void newobj_hook(VALUE data, const rb_trace_arg_t *arg)
  * hook takes NEWOBJ off the flags, and the next allocation run's start
  * puts it back. Its calls take the tracker's lock (rperf_alloc_lock) and
  * the engine's enter/leave, as a stop or release in the main Ractor does
- * not wait for them otherwise. Its END_MARK retires the dead tracked
- * objects of the GCs that Ractor runs; other GC events do nothing. */
+ * not wait for them otherwise (its FREEOBJ, the lock only: it touches the
+ * tracker alone). Ruby sweeps lazily in whichever Ractor allocates next,
+ * so the objects of every Ractor are freed here too. Its END_MARK reports
+ * the markings of the GCs that Ractor starts; other GC events do
+ * nothing. */
 static void ractor_hook(VALUE data, const rb_trace_arg_t *arg)
 {
     (void)data;
     rb_event_flag_t ev = rb_tracearg_event_flag((rb_trace_arg_t *)arg);
-    if (ev & RUBY_INTERNAL_EVENT_NEWOBJ) {
+    if (ev & RUBY_INTERNAL_EVENT_FREEOBJ) {
+        VALUE obj = rb_tracearg_object((rb_trace_arg_t *)arg);
+        rperf_alloc_lock();
+        rperf_alloc_freed((uintptr_t)obj);
+        rperf_alloc_unlock();
+    } else if (ev & RUBY_INTERNAL_EVENT_NEWOBJ) {
         VALUE obj = rb_tracearg_object((rb_trace_arg_t *)arg);
         rperf_alloc_lock();
         /* not paused by a close: the close's own allocations are the
          * main Ractor's, and this Ractor's go on meanwhile */
         if (rperf_alloc_seen((uintptr_t)obj) && rperf_engine_enter()) {
-            int t = RB_BUILTIN_TYPE(obj);
-            VALUE klass = classed_type(t) ? RBASIC_CLASS(obj) : 0;
-            rperf_alloc_record((uintptr_t)obj, (uintptr_t)klass, (uint32_t)t,
-                               (uint32_t)rb_gc_obj_slot_size(obj));
+            record(obj);
             rperf_engine_leave();
         }
         rperf_alloc_unlock();
@@ -147,7 +182,7 @@ bool rperf_rb_alloc_wants_ractor_job(void)
 void rperf_rb_alloc_ractor_job(void)
 {
     if (rperf_engine_running() && rperf_rb_alloc_wants_ractor_job()) {
-        rb_add_event_hook2(RACTOR_HOOK_FUNC, RUBY_INTERNAL_EVENT_NEWOBJ | RPERF_RB_GC_EVENTS, Qnil,
+        rb_add_event_hook2(RACTOR_HOOK_FUNC, ALLOC_EVENTS | RPERF_RB_GC_EVENTS, Qnil,
                            RUBY_EVENT_HOOK_FLAG_SAFE | RUBY_EVENT_HOOK_FLAG_RAW_ARG);
         rperf_rb_ractor_alloc_hook_added();
     }
@@ -200,9 +235,10 @@ void rperf_rb_alloc_install(void)
     if (installed || !rperf_heap_enabled()) return;
     paused = false;
     /* before the hook: the check's own allocations are not sampled */
-    atomic_store(&ractors_ok, main_list_ours_only());
+    locked = !rperf_rb_verified_ruby();
+    atomic_store(&ractors_ok, !locked && main_list_ours_only());
     rperf_heap_gc_seen((uint64_t)rb_gc_count());
-    rb_add_event_hook2(HOOK_FUNC, RUBY_INTERNAL_EVENT_NEWOBJ, Qnil,
+    rb_add_event_hook2(locked ? LOCKED_HOOK_FUNC : HOOK_FUNC, ALLOC_EVENTS, Qnil,
                        RUBY_EVENT_HOOK_FLAG_SAFE | RUBY_EVENT_HOOK_FLAG_RAW_ARG);
     installed = true;
 }
@@ -211,7 +247,7 @@ void rperf_rb_alloc_install(void)
 void rperf_rb_alloc_remove(void)
 {
     if (!installed) return;
-    rb_remove_event_hook(HOOK_FUNC);
+    rb_remove_event_hook(locked ? LOCKED_HOOK_FUNC : HOOK_FUNC);
     installed = false;
 }
 
@@ -219,7 +255,8 @@ void rperf_rb_alloc_pause(bool on) { paused = on; }
 
 bool rperf_rb_alloc_ractors(void) { return atomic_load(&ractors_ok); }
 
-/* The heap's pages at a window's close, sorted by start. */
+/* The heap's pages at a window's close, sorted by start: listed only when
+ * some tracked object is unverified (rperf_heap_unverified). */
 typedef struct page_range {
     uintptr_t start, end;
 } page_range_t;
@@ -265,15 +302,22 @@ static bool in_heap(uintptr_t a)
     return false;
 }
 
-/* The object at obj is still the one sampled: on a page of the heap, a
- * live object of the same type, and of the same class (singleton classes
- * made since aside). A page list that could not be made keeps every
- * object (none is read). */
-static bool alive(uintptr_t obj, uintptr_t klass, uint32_t rtype)
+/* Dead slots hold these types until reused (a freed one: T_NONE). */
+static bool dead_type(int t) { return t == T_NONE || t == T_ZOMBIE || t == T_MOVED; }
+
+/* The object at obj is still the one sampled: a live object of the same
+ * type, and of the same class (singleton classes made since aside). An
+ * unverified one is read only on a page of the heap; if the page list
+ * could not be made, it is kept unread (its size then counts as 0). */
+static bool alive(uintptr_t obj, uintptr_t klass, uint32_t rtype, bool verified)
 {
     VALUE v = (VALUE)obj;
-    if (pages.failed) return true;
-    if (!in_heap(obj) || !rb_objspace_markable_object_p(v) || (uint32_t)RB_BUILTIN_TYPE(v) != rtype) return false;
+    if (!verified) {
+        if (pages.failed) return true;
+        if (!in_heap(obj)) return false;
+    }
+    int t = RB_BUILTIN_TYPE(v);
+    if (dead_type(t) || (uint32_t)t != rtype) return false;
     if (!klass) return true;
     VALUE now = RBASIC_CLASS(v);
     return now == (VALUE)klass || (now && rb_class_real(now) == rb_class_real((VALUE)klass));
@@ -286,16 +330,19 @@ static size_t memsize(uintptr_t obj) { return pages.failed ? 0 : rb_obj_memsize_
 void rperf_rb_alloc_settle(void)
 {
     if (!rperf_heap_enabled()) return;
-    /* may run a GC (it finishes one in progress): before the settle, which
-     * allocates nothing, so no compaction moves objects under it */
     pages.n = 0;
     pages.failed = false;
-    rb_objspace_each_objects(add_page, NULL);
-    qsort(pages.r, pages.n, sizeof(*pages.r), cmp_page);
+    /* may run a GC (it finishes one in progress): before the settle, which
+     * allocates nothing, so no compaction moves objects under it */
+    if (rperf_heap_unverified()) {
+        rb_objspace_each_objects(add_page, NULL);
+        qsort(pages.r, pages.n, sizeof(*pages.r), cmp_page);
+    }
     rperf_heap_settle(alive, memsize);
     free(pages.r);
     pages.r = NULL;
     pages.n = pages.cap = 0;
+    pages.failed = false;
 }
 
 static uintptr_t location(uintptr_t v) { return (uintptr_t)rb_gc_location((VALUE)v); }
@@ -303,14 +350,28 @@ static uintptr_t location(uintptr_t v) { return (uintptr_t)rb_gc_location((VALUE
 /* inside GC compaction */
 void rperf_rb_alloc_relocate(void) { rperf_heap_relocate((uint64_t)rb_gc_count(), location); }
 
-static bool marked(uintptr_t v) { return rb_objspace_marked_object_p((VALUE)v) != 0; }
-static bool old(uintptr_t v) { return RB_OBJ_PROMOTED_RAW((VALUE)v); }
+/* A thread of another Ractor without rperf's allocation hook (or of one
+ * not numbered yet) had a turn since the last end of marking: it may have
+ * swept, its frees unreported (set at RESUMED, hooks.c). */
+static _Atomic bool unhooked_ran;
 
-/* inside GC, the main Ractor's GC hook at the end of marking */
+void rperf_rb_alloc_unhooked_ran(void) { atomic_store_explicit(&unhooked_ran, true, memory_order_relaxed); }
+
+/* Inside GC, a GC hook of rperf's at the end of marking (world stopped).
+ * The frees of this GC's sweeps, and of the sweeps since the previous
+ * marking, were all reported unless a Ractor without rperf's hook may
+ * sweep: one of its threads had a turn since then, or a Ractor alive now
+ * lacks the hook (its hook is added by a job that runs after its first
+ * turn), or other Ractors get no hook at all in this run. Then the tracked
+ * objects become unverified. */
 void rperf_rb_alloc_gc_end_mark(void)
 {
-    if (rperf_heap_enabled())
-        rperf_heap_gc_marked((uint64_t)rb_gc_count(), rperf_rb_major_gc_now(), marked, old);
+    if (!rperf_heap_enabled()) return;
+    bool ran = atomic_exchange_explicit(&unhooked_ran, false, memory_order_relaxed);
+    bool unseen = ran || (rperf_engine_other_ractor_threads() > 0 &&
+                          (!rperf_rb_alloc_ractors_active() || rperf_rb_ractors_unhooked() > 0 ||
+                           rperf_engine_unnumbered_threads() > 0));
+    rperf_heap_gc_marked((uint64_t)rb_gc_count(), unseen);
 }
 
 /* GVL held: the name of a sampled class (frame id) or type */

@@ -188,6 +188,7 @@ static VALUE start_locked(VALUE args)
     cfg.backend = rperf_backend_find(StringValueCStr(backend));
     cfg.bootstrap = rperf_rb_other_ractors_p();
     cfg.main_mn = rperf_rb_main_mn();
+    cfg.direct_trigger = rperf_rb_verified_ruby();
     cfg.deferred = RTEST(argv[8]);
     cfg.alloc_interval = NUM2UINT(argv[9]);
     cfg.alloc_only = !RTEST(argv[10]);

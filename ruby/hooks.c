@@ -151,6 +151,7 @@ static void thread_hook(rb_event_flag_t ev, const rb_internal_thread_event_data_
              * job here, so it is done without waiting for a backend tick
              * (an allocation-only run takes none) */
             if (id == 0 || (id > 1 && rperf_rb_alloc_wants_ractor_job())) {
+                rperf_rb_alloc_unhooked_ran();     /* it may sweep unreported */
                 /* an allocation run takes no ticks to re-ask with */
                 if (rperf_rb_alloc_ractors_active()) rperf_engine_want_job();
                 else rperf_engine_register_sigsafe();

@@ -13,6 +13,7 @@ RUBY_FUNC_EXPORTED void Init_rperf(void)
 {
     rb_ext_ractor_safe(true);
     rperf_rb_mRperf = rb_define_module("Rperf");
+    rperf_rb_ruby_version_init(rperf_rb_mRperf);
     if (rperf_rb_capture_init() < 0)
         rb_raise(rb_eLoadError, "rperf: no free postponed-job slot");
     if (rperf_engine_init(&rperf_rb_host) < 0)

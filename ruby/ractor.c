@@ -76,10 +76,16 @@ typedef struct ractor_rec {
     _Atomic bool alloc_hook;
 } ractor_rec_t;
 
+/* live numbered Ractors (other than the main one) without rperf's
+ * allocation hook in their list */
+static _Atomic int unhooked;
 static ractor_rec_t main_rec = { 1, false };  /* the main Ractor's, set at require */
 static void rec_free(void *p)
 {
-    if (p != &main_rec) free(p);
+    if (p == &main_rec) return;
+    if (!atomic_load_explicit(&((ractor_rec_t *)p)->alloc_hook, memory_order_relaxed))
+        atomic_fetch_sub_explicit(&unhooked, 1, memory_order_relaxed);
+    free(p);
 }
 static const struct rb_ractor_local_storage_type rec_type = { NULL, rec_free };
 static rb_ractor_local_key_t rec_key;
@@ -102,6 +108,7 @@ uint32_t rperf_rb_ractor_prepare(void)
     if (!rec) return 0;
     rec->id = atomic_fetch_add_explicit(&next_id, 1, memory_order_relaxed);
     atomic_init(&rec->alloc_hook, false);
+    atomic_fetch_add_explicit(&unhooked, 1, memory_order_relaxed);
     rb_ractor_local_storage_ptr_set(rec_key, rec);
     return rec->id;
 }
@@ -122,8 +129,13 @@ bool rperf_rb_ractor_alloc_hook_missing(void)
 void rperf_rb_ractor_alloc_hook_added(void)
 {
     ractor_rec_t *rec = rb_ractor_local_storage_ptr(rec_key);
-    if (rec) atomic_store_explicit(&rec->alloc_hook, true, memory_order_relaxed);
+    if (rec && !atomic_exchange_explicit(&rec->alloc_hook, true, memory_order_relaxed))
+        atomic_fetch_sub_explicit(&unhooked, 1, memory_order_relaxed);
 }
+
+/* Any context: live numbered Ractors other than the main one without the
+ * allocation hook. */
+int rperf_rb_ractors_unhooked(void) { return atomic_load_explicit(&unhooked, memory_order_relaxed); }
 
 /* Drop an incomplete UTF-8 sequence at the end (Ruby cuts names at a byte
  * count); a name that is not UTF-8 at all is kept as it is. */
@@ -248,4 +260,7 @@ void rperf_rb_ractor_init(void)
      * could hand a freed thread state to a new thread at the same address. */
     const char *mn = getenv("RUBY_MN_THREADS");
     mn_main = (mn && atoi(mn) > 0) || initial_env_mn();
+    /* a Ruby series the suite has not verified may decide M:N otherwise:
+     * take the safe answer (ruby_version.c) */
+    if (!rperf_rb_verified_ruby()) mn_main = true;
 }

@@ -58,6 +58,8 @@ void rperf_rb_alloc_gc_end_mark(void);
 bool rperf_rb_alloc_wants_ractor_job(void);
 /* RESUMED-safe: other Ractors get allocation hooks in this run */
 bool rperf_rb_alloc_ractors_active(void);
+/* RESUMED of a thread of another Ractor without the allocation hook */
+void rperf_rb_alloc_unhooked_ran(void);
 /* any job: re-signal the native threads still waiting for theirs */
 void rperf_rb_alloc_job_any(void);
 /* the job, in a Ractor other than the main one, outside enter/leave */
@@ -71,7 +73,13 @@ void rperf_rb_alloc_ractor_job(void);
      RUBY_INTERNAL_EVENT_GC_EXIT)
 VALUE rperf_rb_alloc_class_name(uint32_t class_id, uint32_t rtype);
 
+/* ruby_version.c: this Ruby is of a series whose internals the suite
+ * verified (else rperf runs in its conservative form) */
+void rperf_rb_ruby_version_init(VALUE m);
+bool rperf_rb_verified_ruby(void);
+
 /* ractor.c */
+int rperf_rb_ractors_unhooked(void);
 void rperf_rb_ractor_init(void);
 uint32_t rperf_rb_ractor_prepare(void);
 uint32_t rperf_rb_ractor_peek(void);   /* RESUMED-safe: the id, 0 = other, unnumbered */

@@ -124,6 +124,10 @@ module Rperf
                              max_label_sets: max_label_sets, allow_signal: allow_signal, defer: defer,
                              allocations: allocations, alloc_interval: alloc_interval },
                started_at: Process.clock_gettime(Process::CLOCK_MONOTONIC) }
+      if verbose && !verified_ruby?
+        warn "[rperf] Ruby #{RUBY_VERSION} is not a series rperf is verified on " \
+             "(#{VERIFIED_RUBIES.join(', ')}): the holder backend sends every tick by signal"
+      end
       # The last argument: a run left going at exit is stopped there (in C)
       # and, when it asked for output or reports, finished like Rperf.stop.
       begin

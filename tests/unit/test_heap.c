@@ -5,12 +5,12 @@
  * with `interval` objects and that many slots' bytes; a new object at a
  * tracked address retires the tracked one (its in-use part goes, its
  * allocation stays); a window's close keeps only the objects the host
- * says are alive, with their size now; the end of a marking retires the
- * objects it did not reach (a minor one reads only the young, and after a
- * marking the host did not see none until a settle), and the address
- * index stays exact whether a marking drops many or few, and so does the
- * bloom filter built again after many deaths; compaction moves
- * tracked objects (only in a GC whose marking was seen);
+ * says are alive, with their size now; a freed object leaves at once (the
+ * free hook), and after a GC whose frees may have gone unreported no
+ * tracked object is read until a settle has the host check its address;
+ * the address index stays exact through frees one by one, and so does
+ * the bloom filter built again after many deaths; compaction moves
+ * tracked objects (only verified ones, in a GC whose marking was seen);
  * a clearing window keeps the live heap's entries (in use, with zero
  * allocations) and their frames; a run without allocation sampling
  * records none.
@@ -35,10 +35,13 @@ static rperf_thread_t *start_alloc(uint32_t interval)
 
 /* what the fake host says at a close: objects below `dead_from` live */
 static uintptr_t dead_from = UINTPTR_MAX;
-static bool fake_alive(uintptr_t obj, uintptr_t klass, uint32_t rtype)
+static int alive_calls, alive_unverified;
+static bool fake_alive(uintptr_t obj, uintptr_t klass, uint32_t rtype, bool verified)
 {
     (void)klass;
     (void)rtype;
+    alive_calls++;
+    if (!verified) alive_unverified++;
     return obj < dead_from;
 }
 static size_t fake_memsize(uintptr_t obj) { return obj >= 0x100000 ? 400 : 40; }
@@ -167,6 +170,35 @@ RPERF_TEST(a_close_keeps_only_live_objects_with_their_size_now)
     rperf_engine_release();
 }
 
+/* every allocation sampled: free `n` objects at consecutive addresses */
+static void free_objects(uintptr_t base, int n)
+{
+    for (int i = 0; i < n; i++) rperf_alloc_freed(base + (uintptr_t)i * 40);
+}
+
+RPERF_TEST(a_freed_object_leaves_at_once_and_its_address_retires_nobody_later)
+{
+    start_alloc(1);
+    stack[0] = 0x2000;
+    depth = 1;
+    allocate(0x10000, 10, CLASS_A);
+    allocate(0x20000, 10, CLASS_B);
+    free_objects(0x20000, 5);             /* 5 of B's swept */
+    rperf_alloc_freed(0x30000);           /* an untracked object: nothing */
+    rperf_heap_stats_t st;
+    rperf_heap_stats(&st);
+    RPERF_CHECK_EQ(st.tracked, 15);
+    /* new objects at the freed addresses are new: nobody retired */
+    allocate(0x20000, 5, CLASS_A);
+    close_window();
+    RPERF_CHECK_EQ(totals_of(CLASS_A).inuse_objects, 15);
+    RPERF_CHECK_EQ(totals_of(CLASS_B).inuse_objects, 5);
+    RPERF_CHECK_EQ(totals_of(CLASS_B).alloc_objects, 10);
+    rperf_engine_resume(false);
+    rperf_engine_stop();
+    rperf_engine_release();
+}
+
 static uintptr_t shift_by;
 static int relocations;
 static uintptr_t moved(uintptr_t v)
@@ -175,88 +207,76 @@ static uintptr_t moved(uintptr_t v)
     return v >= 0x10000 && v < 0x30000 ? v + shift_by : v;
 }
 
-/* what a marking reached: objects below `unmarked_from`; old: below `old_below` */
-static uintptr_t unmarked_from = UINTPTR_MAX, old_below;
-static int mark_reads;
-static bool fake_marked(uintptr_t v)
-{
-    mark_reads++;
-    return v < unmarked_from;
-}
-static bool fake_old(uintptr_t v) { return v < old_below; }
-
-RPERF_TEST(a_marking_retires_what_it_did_not_reach_and_a_minor_one_reads_only_the_young)
+/* A GC whose marking was not reported (its number skips one), or whose
+ * frees the host may not report, leaves every object tracked then
+ * unverified: compaction does not read it, and the next close asks the
+ * host to check its address first; once checked it is read again. Objects
+ * sampled after that GC are verified. */
+RPERF_TEST(after_a_gc_with_unreported_frees_nothing_is_read_until_a_settle)
 {
     start_alloc(1);
     stack[0] = 0x2000;
     depth = 1;
     rperf_heap_gc_seen(10);
-    allocate(0x10000, 10, CLASS_A);       /* 0x10000 .. 0x10168 */
-    allocate(0x20000, 10, CLASS_B);
-    old_below = 0x20000;                  /* class A's objects are old by now */
-    unmarked_from = UINTPTR_MAX;
-    rperf_heap_gc_marked(11, true, fake_marked, fake_old);   /* major: all read */
-    RPERF_CHECK_EQ(mark_reads, 20);
-    mark_reads = 0;
-    unmarked_from = 0x20000 + 5 * 40;     /* 5 of B's unreached */
-    rperf_heap_gc_marked(12, false, fake_marked, fake_old);  /* minor: B's only */
-    RPERF_CHECK_EQ(mark_reads, 10);
-    /* a GC the host did not see (13): nothing is read until a settle */
-    mark_reads = 0;
-    unmarked_from = 0;
-    rperf_heap_gc_marked(14, true, fake_marked, fake_old);
-    RPERF_CHECK_EQ(mark_reads, 0);
-    unmarked_from = UINTPTR_MAX;
+    allocate(0x10000, 10, CLASS_A);
+    rperf_heap_gc_marked(11, false);        /* every free reported */
+    RPERF_CHECK(!rperf_heap_unverified());
+    shift_by = 0;
+    relocations = 0;
+    rperf_heap_relocate(11, moved);
+    RPERF_CHECK_EQ(relocations, 10 * 2);    /* each object and its class */
+    rperf_heap_gc_marked(13, false);        /* GC 12 unseen */
+    RPERF_CHECK(rperf_heap_unverified());
+    allocate(0x20000, 4, CLASS_B);          /* sampled after: verified */
+    relocations = 0;
+    rperf_heap_relocate(13, moved);
+    RPERF_CHECK_EQ(relocations, 4 * 2);
+    alive_calls = alive_unverified = 0;
     close_window();
-    RPERF_CHECK_EQ(totals_of(CLASS_A).inuse_objects, 10);
-    RPERF_CHECK_EQ(totals_of(CLASS_B).inuse_objects, 5);
-    RPERF_CHECK_EQ(totals_of(CLASS_B).alloc_objects, 10);
-    /* settled: read again at the next marking */
+    RPERF_CHECK_EQ(alive_calls, 14);
+    RPERF_CHECK_EQ(alive_unverified, 10);
+    RPERF_CHECK(!rperf_heap_unverified());
     rperf_engine_resume(false);
-    mark_reads = 0;
-    rperf_heap_gc_marked(15, true, fake_marked, fake_old);
-    RPERF_CHECK_EQ(mark_reads, 15);
-    old_below = 0;
+    relocations = 0;
+    rperf_heap_gc_marked(14, false);
+    rperf_heap_relocate(14, moved);
+    RPERF_CHECK_EQ(relocations, 14 * 2);
+    /* frees another Ractor may sweep unreported: the same */
+    rperf_heap_gc_marked(15, true);
+    relocations = 0;
+    rperf_heap_relocate(15, moved);
+    RPERF_CHECK_EQ(relocations, 0);
+    alive_calls = alive_unverified = 0;
+    close_window();
+    RPERF_CHECK_EQ(alive_unverified, 14);
+    rperf_engine_resume(false);
     rperf_engine_stop();
     rperf_engine_release();
 }
 
-/* A marking that retires most tracked objects drops them from the address
- * index all at once (the index built again), one that retires a few among
- * many old ones drops them one by one: either way the survivors stay
- * findable by address (a new object there retires them) and the retired
- * ones leave nothing behind (new objects at their addresses retire
- * nobody). */
-RPERF_TEST(markings_that_retire_many_or_few_keep_the_index_exact)
+/* Frees drop tracked objects from the address index one by one; the
+ * survivors stay findable by address (a new object there retires them)
+ * and the freed ones leave nothing behind (new objects at their addresses
+ * retire nobody), in a large index as in a small one. */
+RPERF_TEST(frees_one_by_one_keep_the_index_exact)
 {
     start_alloc(1);
     stack[0] = 0x2000;
     depth = 1;
-    rperf_heap_gc_seen(20);
     dead_from = UINTPTR_MAX;
     const uintptr_t a = 0x100000, b = 0x400000;
     allocate(a, 2000, CLASS_A);
-    /* all young: 1,900 of 2,000 unreached */
-    unmarked_from = a + 100 * 40;
-    old_below = 0;
-    rperf_heap_gc_marked(21, false, fake_marked, fake_old);
+    free_objects(a + 100 * 40, 1900);       /* 100 survive */
     rperf_heap_stats_t st;
     rperf_heap_stats(&st);
     RPERF_CHECK_EQ(st.tracked, 100);
     allocate(a + 50 * 40, 1, CLASS_B);      /* a survivor's address: it was freed */
-    allocate(a + 1000 * 40, 10, CLASS_B);   /* retired addresses: nobody to retire */
-    /* the 100 survivors become old; then a few young among many old */
-    unmarked_from = UINTPTR_MAX;
-    old_below = b;
-    rperf_heap_gc_marked(22, true, fake_marked, fake_old);
+    allocate(a + 1000 * 40, 10, CLASS_B);   /* freed addresses: nobody to retire */
     allocate(b, 40, CLASS_A);
-    old_below = 0;
-    unmarked_from = b + 4 * 40;             /* 36 of the 40 young unreached */
-    rperf_heap_gc_marked(23, false, fake_marked, fake_old);
+    free_objects(b + 4 * 40, 36);
     allocate(a + 60 * 40, 1, CLASS_B);      /* another survivor freed */
-    allocate(b + 2 * 40, 1, CLASS_B);       /* a young survivor freed */
-    allocate(b + 20 * 40, 5, CLASS_B);      /* retired young addresses */
-    unmarked_from = UINTPTR_MAX;
+    allocate(b + 2 * 40, 1, CLASS_B);       /* one of b's survivors freed */
+    allocate(b + 20 * 40, 5, CLASS_B);      /* freed addresses */
     close_window();
     RPERF_CHECK_EQ(totals_of(CLASS_A).alloc_objects, 2040);
     RPERF_CHECK_EQ(totals_of(CLASS_A).inuse_objects, 99 - 1 + 4 - 1);
@@ -276,19 +296,12 @@ RPERF_TEST(a_filter_rebuilt_after_many_deaths_still_finds_the_survivors)
     start_alloc(1);
     stack[0] = 0x2000;
     depth = 1;
-    rperf_heap_gc_seen(30);
     dead_from = UINTPTR_MAX;
     const uintptr_t a = 0x200000;
     allocate(a, 600, CLASS_A);
-    /* a minor marking where none died: the next drops its dead one by one */
-    unmarked_from = UINTPTR_MAX;
-    old_below = 0;
-    rperf_heap_gc_marked(31, false, fake_marked, fake_old);
-    unmarked_from = a + 100 * 40;           /* 500 of 600 unreached */
-    rperf_heap_gc_marked(32, true, fake_marked, fake_old);
+    free_objects(a + 100 * 40, 500);        /* 500 of 600 freed */
     allocate(a + 40 * 40, 1, CLASS_B);      /* a survivor's address: it was freed */
-    allocate(a + 300 * 40, 3, CLASS_B);     /* retired addresses: nobody to retire */
-    unmarked_from = UINTPTR_MAX;
+    allocate(a + 300 * 40, 3, CLASS_B);     /* freed addresses: nobody to retire */
     close_window();
     RPERF_CHECK_EQ(totals_of(CLASS_A).inuse_objects, 99);
     RPERF_CHECK_EQ(totals_of(CLASS_B).inuse_objects, 4);
@@ -305,6 +318,7 @@ RPERF_TEST(compaction_moves_tracked_objects)
     allocate(0x10000, 10, CLASS_A);
     shift_by = 0x400000;
     rperf_heap_gc_seen(7);
+    relocations = 0;
     rperf_heap_relocate(8, moved);          /* GC 8's marking unseen: nothing read */
     RPERF_CHECK_EQ(relocations, 0);
     rperf_heap_relocate(7, moved);
@@ -428,8 +442,9 @@ int main(void)
                      RPERF_CASE(a_new_object_at_a_tracked_address_retires_the_tracked_one),
                      RPERF_CASE(a_close_keeps_only_live_objects_with_their_size_now),
                      RPERF_CASE(a_heap_window_baseline_sees_changes_across_a_clear),
-                     RPERF_CASE(a_marking_retires_what_it_did_not_reach_and_a_minor_one_reads_only_the_young),
-                     RPERF_CASE(markings_that_retire_many_or_few_keep_the_index_exact),
+                     RPERF_CASE(a_freed_object_leaves_at_once_and_its_address_retires_nobody_later),
+                     RPERF_CASE(after_a_gc_with_unreported_frees_nothing_is_read_until_a_settle),
+                     RPERF_CASE(frees_one_by_one_keep_the_index_exact),
                      RPERF_CASE(a_filter_rebuilt_after_many_deaths_still_finds_the_survivors),
                      RPERF_CASE(compaction_moves_tracked_objects),
                      RPERF_CASE(a_clearing_window_keeps_the_live_heap),
