@@ -24,7 +24,8 @@ module ExecStress
   FORMS = {
     "Kernel#exec" => 'exec "/bin/sh", "-c", "exit 6"',
     "Process.exec" => 'Process.exec("/bin/sh", "-c", "exit 6")',
-    "Ractor" => 'Warning[:experimental] = false; Ractor.new { exec "/bin/sh", "-c", "exit 6" }.take'
+    "Ractor" => 'Warning[:experimental] = false; r = Ractor.new { exec "/bin/sh", "-c", "exit 6" }; ' \
+                'r.respond_to?(:value) ? r.value : r.take'
   }.freeze
 
   module_function

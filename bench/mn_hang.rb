@@ -67,7 +67,7 @@ module RperfMnHang
     Array.new(2) { Ractor.new { loop { 2000.times {}; sleep 0.001 } } }
     cycles(opts)
     r.send(:go)
-    r.take
+    r.respond_to?(:value) ? r.value : r.take   # Ractor#value from Ruby 4.0
   end
 
   def child(program, config)

@@ -169,7 +169,8 @@ module OverheadBench
     # threads they run in parallel, each holding its own GVL.
     def ractors(count, units)
       per = [units / count, 1].max
-      Array.new(count) { Ractor.new(per) { |k| k.times.sum { Work.fib(25) } } }.sum(&:take)
+      rs = Array.new(count) { Ractor.new(per) { |k| k.times.sum { Work.fib(25) } } }
+      rs.sum { |r| r.respond_to?(:value) ? r.value : r.take }   # Ractor#value from Ruby 4.0
     end
 
     # Allocation-heavy: short-lived strings, arrays and hashes (mostly minor GCs).

@@ -87,6 +87,9 @@ def rperf_alloc_work(seconds)
   keep.size
 end
 
+# The value of a finished Ractor on every Ruby (#value from 4.0, #take before).
+def ractor_value(r) = r.respond_to?(:value) ? r.value : r.take
+
 # ---- result inspection -------------------------------------------------------
 
 def rperf_labels_of(frames)

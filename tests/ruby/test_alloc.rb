@@ -421,7 +421,7 @@ class TestAlloc < Test::Unit::TestCase
       GC.compact if GC.respond_to?(:compact) && k == 3
       Rperf.snapshot
     end
-    assert_equal(%i[done done], rs.map(&:take))
+    assert_equal(%i[done done], rs.map { |r| ractor_value(r) })
     data = Rperf.stop
     assert_true(data[:allocations][:ractors])
     ractors = data[:threads].to_h { |t| [t[:thread_seq], t[:ractor_id]] }
@@ -453,7 +453,7 @@ class TestAlloc < Test::Unit::TestCase
     begin
       Rperf.start(mode: :alloc, alloc_interval: 16)
       r = Ractor.new { 50_000.times.map { |i| [i] }.size }
-      assert_equal(50_000, r.take)
+      assert_equal(50_000, ractor_value(r))
       before = calls
       alloc_pairs(100)
       assert_operator(calls, :>, before, "the TracePoint still fires")

@@ -215,7 +215,7 @@ class TestDefer < Test::Unit::TestCase
       Rperf.start(defer: true, frequency: 1000)
       inside = Ractor.new { Rperf.profile { rperf_in_block(0.1) }; :done }
       outside = Ractor.new { rperf_out_of_block(0.1); :done }
-      [inside, outside].each(&:take)
+      [inside, outside].each { |r| ractor_value(r) }
       data = Rperf.stop
       child_report("in" => rperf_weight_with(data, "Object#rperf_in_block"),
                    "out" => rperf_weight_with(data, "Object#rperf_out_of_block"))

@@ -141,11 +141,11 @@ class TestEintr < Test::Unit::TestCase
       Warning[:experimental] = false
       require #{PROBE_SO.dump}
       def rperf_eintr_spin(s) = cpu_spin(s)
-      r = Ractor.new { Ractor.yield :go; rperf_eintr_spin(0.8); :done }
-      r.take
+      r = Ractor.new { Ractor.main << :go; rperf_eintr_spin(0.8); :done }
+      Ractor.receive
       Rperf.start(backend: :nanosleep, mode: :wall, frequency: 10_000)
       rows = %w[nanosleep poll sem_timedwait].to_h { |k| [k, Thread.new { EintrProbe.run(k, 200, 20) }.value] }
-      r.take
+      ractor_value(r)
       data = Rperf.stop
       w = data[:aggregated_samples].select { |s| s[0].any? { |f| f[1] == "Object#rperf_eintr_spin" } }
       child_report(rows: rows, ractor_weight: w.sum { |s| s[1] })

@@ -45,7 +45,7 @@ class TestExec < Test::Unit::TestCase
       out = File.join(dir, "p.collapsed")
       run = run_child(<<~RUBY, env: { "RPERF_ENABLED" => "1", "RPERF_OUTPUT" => out, "RPERF_MODE" => "wall" })
         Warning[:experimental] = false
-        Ractor.new { x = 0; 300_000.times { x += 1 }; exec "/bin/sh", "-c", "exit 4" }.take
+        ractor_value(Ractor.new { x = 0; 300_000.times { x += 1 }; exec "/bin/sh", "-c", "exit 4" })
       RUBY
       assert_equal(4, run.status.exitstatus, run.describe)
       assert_equal("", run.stderr)

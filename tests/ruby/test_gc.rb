@@ -220,7 +220,7 @@ class TestGC < Test::Unit::TestCase
   def test_gc_frames_go_on_after_a_ractor_is_collected_mid_run
     script = <<~'RUBY'
       Warning[:experimental] = false
-      Ractor.new { 1 }.take
+      ractor_value(Ractor.new { 1 })
       res = Rperf.start(frequency: 1000, mode: :wall) do
         GC.start                 # frees the finished Ractor: the flags go
         rperf_alloc_work(0.4)

@@ -126,11 +126,12 @@ class TestHostBehaviour < Test::Unit::TestCase
       puts "exit! child status #{$?.exitstatus}"
     RUBY
     "ractor" => <<~'RUBY',
+      def ractor_value(r) = r.respond_to?(:value) ? r.value : r.take
       r = Ractor.new { Ractor.receive * 6 }
       r.send(7)
-      puts r.take
+      puts ractor_value(r)
       rs = 3.times.map { |i| Ractor.new(i) { |x| (1..10_000).sum * x } }
-      puts rs.map(&:take).inspect
+      puts rs.map { |x| ractor_value(x) }.inspect
     RUBY
     "stdin" => <<~'RUBY',
       first = $stdin.gets

@@ -99,7 +99,7 @@ class TestIdle < Test::Unit::TestCase
         Thread.new { rperf_idle_thread(0.25) }.join
         sleep 0.3
         r.send(1)
-        r.take
+        ractor_value(r)
         data = Rperf.stop
         count = ->(name) { data[:raw_samples].count { |s| s[0].any? { |f| f[1] == name } } }
         ractor_seqs = data[:threads].select { |t| t[:ractor_id].to_i > 1 }.map { |t| t[:thread_seq] }

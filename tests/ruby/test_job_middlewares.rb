@@ -385,7 +385,7 @@ class TestJobMiddlewares < Test::Unit::TestCase
                  Rperf.labels]
         end
       end
-      got = rs.map(&:take)
+      got = rs.map { |r| ractor_value(r) }
       data = Rperf.stop
       child_report(got: got, sets: data[:label_sets].uniq)
     RUBY

@@ -372,7 +372,7 @@ class TestMiddleware < Test::Unit::TestCase
           end
         end
       end
-      got = rs.map(&:take)
+      got = rs.map { |r| ractor_value(r) }
       Rperf.stop
       child_report(got: got, isolation: isolation)
     RUBY

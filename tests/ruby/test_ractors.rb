@@ -74,7 +74,7 @@ class TestRactors < Test::Unit::TestCase
           nthreads == 1 ? [work.call] : nthreads.times.map { Thread.new(&work) }.map(&:value)
         end
       end
-      measured = rs.map(&:take)
+      measured = rs.map { |r| ractor_value(r) }
       data = Rperf.stop
       weights, seqs = work_report(data, #{ractors}, "rperf_ractor_units_")
       child_report(weights: weights, seqs: seqs, threads: data[:threads],
@@ -133,13 +133,13 @@ class TestRactors < Test::Unit::TestCase
       run = run_child(<<~RUBY, timeout: 120)
         #{PRELUDE}
         r = Ractor.new do
-          Ractor.yield :spinning
+          Ractor.main << :spinning
           rperf_ractor_pre(0.6)
           :done
         end
-        r.take                      # the Ractor is running (and never switches)
+        Ractor.receive              # the Ractor is running (and never switches)
         Rperf.start(backend: :#{backend}, mode: :cpu, frequency: 1000)
-        r.take
+        ractor_value(r)
         data = Rperf.stop
         w = data[:aggregated_samples].select { |s| s[0].any? { |f| f[1] == "Object#rperf_ractor_pre" } }
         child_report(weight: w.sum { |s| s[1] }, seqs: w.map { |s| s[2] }.uniq, threads: data[:threads])
@@ -152,7 +152,7 @@ class TestRactors < Test::Unit::TestCase
     end
   end
 
-  # The start right after the Ractor#take that wakes the other Ractor: its
+  # The start right after the Ractor#send that wakes the other Ractor: its
   # thread may be asleep at the bootstrap scan and resume just after it
   # (then only the RESUMED hook reaches it, so the hooks must be in before
   # the engine runs), or the job its bootstrap signal triggers may be run
@@ -166,10 +166,11 @@ class TestRactors < Test::Unit::TestCase
       6.times do |i|
         run = run_child(<<~RUBY, timeout: 60)
           #{PRELUDE}
-          r = Ractor.new { Ractor.yield :go; rperf_ractor_pre(0.15); :done }
-          r.take
+          r = Ractor.new { Ractor.main << :parked; Ractor.receive; rperf_ractor_pre(0.15); :done }
+          Ractor.receive              # the Ractor is parked in Ractor.receive
+          r.send(:go)
           Rperf.start(backend: :#{backend}, mode: :wall, frequency: 10_000)
-          r.take
+          ractor_value(r)
           data = Rperf.stop
           w = data[:aggregated_samples].select { |s| s[0].any? { |f| f[1] == "Object#rperf_ractor_pre" } }
           child_report(weight: w.sum { |s| s[1] })
@@ -194,7 +195,7 @@ class TestRactors < Test::Unit::TestCase
         Rperf.start(backend: :#{backend}, mode: :wall, frequency: 1000)
         sleep 0.3
         r.send(1)
-        r.take
+        ractor_value(r)
         data = Rperf.stop
         w = data[:aggregated_samples].select { |s| s[0].any? { |f| f[1] == "Object#rperf_ractor_pre" } }
         blocked = data[:aggregated_samples].select { |s| s[0][0][1] == "[GVL blocked]" && s[0].any? { |f| f[1] == "Ractor.receive" } }
@@ -219,7 +220,7 @@ class TestRactors < Test::Unit::TestCase
         #{PRELUDE}
         Rperf.start(backend: :#{backend}, mode: :#{mode}, frequency: 1000)
         r = Ractor.new { c0 = Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID); rperf_ractor_alloc(0.4); Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID) - c0 }
-        cpu = r.take
+        cpu = ractor_value(r)
         data = Rperf.stop
         in_ractor = data[:aggregated_samples].select { |s| s[0].any? { |f| f[1] == "Object#rperf_ractor_alloc" } }
         child_report(seqs: in_ractor.map { |s| s[2] }.uniq, weight: in_ractor.sum { |s| s[1] },
@@ -248,7 +249,7 @@ class TestRactors < Test::Unit::TestCase
             [seen, Rperf.labels, Rperf.running?]
           end
         end
-        inside = rs.map(&:take)
+        inside = rs.map { |r| ractor_value(r) }
         rperf_ractor_work_7(0.1)
         data = Rperf.stop
         per = (0..2).to_h do |i|
@@ -285,7 +286,7 @@ class TestRactors < Test::Unit::TestCase
           mw.call("REQUEST_METHOD" => "GET", "PATH_INFO" => "/r\#{idx}")
         end
       end
-      bodies = rs.map(&:take).map { |r| r[2][0] }
+      bodies = rs.map { |r| ractor_value(r) }.map { |r| r[2][0] }
       data = Rperf.stop
       per = (0..1).map do |i|
         s = data[:aggregated_samples].select { |x| x[0].any? { |f| f[1] == "Object#rperf_ractor_work_\#{i}" } }
@@ -309,7 +310,7 @@ class TestRactors < Test::Unit::TestCase
           e.message
         end
       end
-      child_report(msg: r.take, running: Rperf.running?)
+      child_report(msg: ractor_value(r), running: Rperf.running?)
     RUBY
     assert_child_ok(run)
     assert_match(/main Ractor/, run.report["msg"].to_s)

@@ -24,7 +24,7 @@ class TestShortRactors < Test::Unit::TestCase
         Rperf.start(backend: :#{backend}, mode: :cpu, frequency: 1)
         5.times do
           rs = 8.times.map { Ractor.new { cpu_spin(0.005) } }
-          rs.each(&:take)
+          rs.each { |r| ractor_value(r) }
         end
         data = Rperf.stop
         ids = data[:threads].reject { |t| t[:ractor_id] == 1 }.map { |t| t[:ractor_id] }

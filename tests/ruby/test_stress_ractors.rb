@@ -23,7 +23,7 @@ class TestStressRactors < Test::Unit::TestCase
         used = 0.0
         10.times do
           rs = 10.times.map { Ractor.new { rperf_stress_work(0.01) } }
-          used += rs.sum(&:take)
+          used += rs.sum { |r| ractor_value(r) }
         end
         data = Rperf.stop
         w = data[:aggregated_samples].select { |s| s[0].any? { |f| f[1] == "Object#rperf_stress_work" } }
@@ -62,7 +62,7 @@ class TestStressRactors < Test::Unit::TestCase
         stop = true
         progress = workers.map(&:value)
         r.send(:done)
-        r.take
+        ractor_value(r)
         child_report(progress: progress)
       RUBY
       assert_child_ok(run, backend)
@@ -82,12 +82,12 @@ class TestStressRactors < Test::Unit::TestCase
         rs = 2.times.map do
           Ractor.new do
             rperf_stress_work(0.1)
-            Ractor.yield :parked
+            Ractor.main << :parked
             Ractor.receive
             rperf_stress_work(0.1)
           end
         end
-        rs.each(&:take)
+        rs.size.times { Ractor.receive }
         rd, wr = IO.pipe
         pid = fork do
           rd.close
@@ -100,7 +100,7 @@ class TestStressRactors < Test::Unit::TestCase
         child = rd.read
         Process.wait(pid)
         rs.each { |r| r.send(:go) }
-        rs.each(&:take)
+        rs.each { |r| ractor_value(r) }
         data = Rperf.stop
         child_report(child: child, status: $?.exitstatus,
                      ractor_seqs: data[:threads].count { |t| t[:ractor_id] > 1 })
@@ -140,7 +140,7 @@ class TestStressRactors < Test::Unit::TestCase
         end
         after = Rperf.running?
         File.write(done, "")
-        loops = rs.map(&:take)
+        loops = rs.map { |r| ractor_value(r) }
         child_report(ok: ok, running_after: after, loops: loops.size)
       RUBY
       assert_child_ok(run, backend)

@@ -59,7 +59,7 @@ class TestTracers < Test::Unit::TestCase
         GC.start
         if ractor_units.positive?
           r = Ractor.new(ractor_units) { |n| x = 0; n.times { |i| x += i }; x }
-          r.take
+          ractor_value(r)
           rperf_tr_work(4)
         end
       end
@@ -130,7 +130,7 @@ class TestTracers < Test::Unit::TestCase
             a = 0
             200_000.times { a += 1 }
           }
-          r.take
+          ractor_value(r)
           c = 3
         end
         rs
@@ -139,7 +139,7 @@ class TestTracers < Test::Unit::TestCase
         rs = []
         TracePoint.new(:call, :return, :c_call) { |tp| rs << [tp.event, tp.method_id] if tp.method_id == :rperf_tr_callee || tp.method_id == :abs }.enable do
           r = Ractor.new { a = 0; 200_000.times { a += 1 }; a }
-          r.take
+          ractor_value(r)
           5.times { |i| rperf_tr_callee(i); (-i).abs }
         end
         rs
@@ -156,13 +156,13 @@ class TestTracers < Test::Unit::TestCase
           rs
         end
         rperf_tr_alloc(20_000)            # main is sampled meanwhile
-        r.take
+        ractor_value(r)
       end,
       "ractors_in_a_loop" => lambda do
         rs = []
         TracePoint.new(:line) { |tp| rs << tp.lineno if tp.path == __FILE__ }.enable do
           rs4 = 4.times.map { |i| Ractor.new(i) { |k| a = 0; 50_000.times { a += k }; a } }
-          rs4.each(&:take)
+          rs4.each { |r| ractor_value(r) }
           c = 3
           d = c + 1
         end
