@@ -109,7 +109,6 @@ static struct {
     /* bumped by a GC whose frees may have gone unreported: a slot of an
      * older epoch is unverified (heap_slot_t.epoch) */
     uint32_t epoch;
-    bool unverified;            /* some slot may be of an older epoch */
     uint64_t seen_gc;           /* the host's GC count at the last marking seen */
     _Atomic uint64_t sampled;   /* this window */
     _Atomic uint64_t dropped;   /* sampled but not tracked or recorded */
@@ -528,12 +527,14 @@ void rperf_heap_settle(bool (*alive)(uintptr_t obj, uintptr_t klass, uint32_t rt
         live++;
     }
     H.live = live;
-    H.unverified = false;
     if (retired) index_rebuild(H.used);
     pthread_mutex_unlock(&mu);
 }
 
-bool rperf_heap_unverified(void) { return H.on && H.unverified; }
+void rperf_heap_frees_unreported(void)
+{
+    if (H.on && H.used) H.epoch++;
+}
 
 void rperf_heap_gc_seen(uint64_t gc_count) { H.seen_gc = gc_count; }
 
@@ -547,10 +548,7 @@ void rperf_heap_gc_marked(uint64_t gc_count, bool unseen_frees)
     if (!H.on) return;
     bool missed = H.seen_gc && gc_count != H.seen_gc + 1;
     H.seen_gc = gc_count;
-    if ((missed || unseen_frees) && H.used) {
-        H.epoch++;
-        H.unverified = true;
-    }
+    if ((missed || unseen_frees) && H.used) H.epoch++;
 }
 
 void rperf_heap_relocate(uint64_t gc_count, uintptr_t (*location)(uintptr_t))

@@ -420,13 +420,16 @@ void rperf_alloc_freed(uintptr_t obj);
  * whether `obj` is still the object sampled, of class `klass` and type
  * `rtype`; `verified` false: a GC ran whose frees may not have been
  * reported (rperf_heap_gc_marked), so the object's page may be gone and
- * the host must check the address before reading it) and compute each
- * entry's in-use objects and bytes (memsize: the object's size now). */
+ * the host must check the address before reading it; a host may check
+ * every address) and compute each entry's in-use objects and bytes
+ * (memsize: the object's size now). An object found alive is verified
+ * again. */
 void rperf_heap_settle(bool (*alive)(uintptr_t obj, uintptr_t klass, uint32_t rtype, bool verified),
                        size_t (*memsize)(uintptr_t obj));
-/* GVL held, before a settle: some tracked object is unverified (the host
- * then lists its heap's pages for `alive`). */
-bool rperf_heap_unverified(void);
+/* Free hook: frees from now on may go unreported (the host saw an
+ * object freed whose freeing can turn its hooks off): every object
+ * tracked now becomes unverified. */
+void rperf_heap_frees_unreported(void);
 /* GVL held, at start: the host's GC count (its GCs are numbered 1, 2, …). */
 void rperf_heap_gc_seen(uint64_t gc_count);
 /* Inside GC, at the end of marking GC number gc_count (before sweeping).

@@ -33,9 +33,9 @@
  * function gives it), rb_obj_memsize_of (the C side of
  * ObjectSpace.memsize_of, which needs `require "objspace"` and a method
  * call, neither allowed at a window's close) and rb_objspace_each_objects
- * (the heap's pages: an unverified object's address is checked against
- * them before its slot is read, since the page of a dead object may have
- * been given back; called only when some object is unverified).
+ * (the heap's pages: a tracked object's address is checked against them
+ * before its slot is read at a close, since the page of an object whose
+ * free went unreported may have been given back).
  */
 #include "rperf_ruby.h"
 #include "tick_signal.h"
@@ -83,12 +83,25 @@ static void record(VALUE obj)
                        (uint32_t)rb_gc_obj_slot_size(obj));
 }
 
+/* FREEOBJ. A Ractor's object is freed with its hook list (immediately:
+ * ractor.c's data type), and in Ruby 3.3 and 3.4 freeing a hook list sets
+ * the VM-wide event flags to that list's (empty) events: this very sweep's
+ * later frees, and every hook of rperf's, may stop firing (until
+ * rperf_rb_hooks_heal), so the tracked objects become unverified before
+ * that can happen. */
+static void freed(VALUE obj)
+{
+    if (RB_BUILTIN_TYPE(obj) == T_DATA && RBASIC_CLASS(obj) == rb_cRactor)
+        rperf_heap_frees_unreported();
+    rperf_alloc_freed((uintptr_t)obj);
+}
+
 static void newobj_hook(VALUE data, const rb_trace_arg_t *arg)
 {
     (void)data;
     VALUE obj = rb_tracearg_object((rb_trace_arg_t *)arg);
     if (rb_tracearg_event_flag((rb_trace_arg_t *)arg) & RUBY_INTERNAL_EVENT_FREEOBJ) {
-        rperf_alloc_freed((uintptr_t)obj);
+        freed(obj);
         return;
     }
     if (rperf_alloc_seen((uintptr_t)obj) && !paused) record(obj);
@@ -104,7 +117,7 @@ static void locked_hook(VALUE data, const rb_trace_arg_t *arg)
     VALUE obj = rb_tracearg_object((rb_trace_arg_t *)arg);
     rperf_alloc_lock();
     if (rb_tracearg_event_flag((rb_trace_arg_t *)arg) & RUBY_INTERNAL_EVENT_FREEOBJ) {
-        rperf_alloc_freed((uintptr_t)obj);
+        freed(obj);
     } else if (rperf_alloc_seen((uintptr_t)obj) && !paused && rperf_engine_enter()) {
         record(obj);
         rperf_engine_leave();
@@ -146,7 +159,7 @@ static void ractor_hook(VALUE data, const rb_trace_arg_t *arg)
     if (ev & RUBY_INTERNAL_EVENT_FREEOBJ) {
         VALUE obj = rb_tracearg_object((rb_trace_arg_t *)arg);
         rperf_alloc_lock();
-        rperf_alloc_freed((uintptr_t)obj);
+        freed(obj);
         rperf_alloc_unlock();
     } else if (ev & RUBY_INTERNAL_EVENT_NEWOBJ) {
         VALUE obj = rb_tracearg_object((rb_trace_arg_t *)arg);
@@ -255,8 +268,7 @@ void rperf_rb_alloc_pause(bool on) { paused = on; }
 
 bool rperf_rb_alloc_ractors(void) { return atomic_load(&ractors_ok); }
 
-/* The heap's pages at a window's close, sorted by start: listed only when
- * some tracked object is unverified (rperf_heap_unverified). */
+/* The heap's pages at a window's close, sorted by start. */
 typedef struct page_range {
     uintptr_t start, end;
 } page_range_t;
@@ -305,17 +317,19 @@ static bool in_heap(uintptr_t a)
 /* Dead slots hold these types until reused (a freed one: T_NONE). */
 static bool dead_type(int t) { return t == T_NONE || t == T_ZOMBIE || t == T_MOVED; }
 
-/* The object at obj is still the one sampled: a live object of the same
- * type, and of the same class (singleton classes made since aside). An
- * unverified one is read only on a page of the heap; if the page list
- * could not be made, it is kept unread (its size then counts as 0). */
+/* The object at obj is still the one sampled: on a page of the heap, a
+ * live object of the same type, and of the same class (singleton classes
+ * made since aside). Every address is checked against the pages, verified
+ * or not: a free that went unreported before rperf could know (a sweep
+ * after a hook list was freed elsewhere, say) must not make a settle read
+ * a page given back. If the page list could not be made, the object is
+ * kept unread (its size then counts as 0). */
 static bool alive(uintptr_t obj, uintptr_t klass, uint32_t rtype, bool verified)
 {
+    (void)verified;
     VALUE v = (VALUE)obj;
-    if (!verified) {
-        if (pages.failed) return true;
-        if (!in_heap(obj)) return false;
-    }
+    if (pages.failed) return true;
+    if (!in_heap(obj)) return false;
     int t = RB_BUILTIN_TYPE(v);
     if (dead_type(t) || (uint32_t)t != rtype) return false;
     if (!klass) return true;
@@ -334,10 +348,8 @@ void rperf_rb_alloc_settle(void)
     pages.failed = false;
     /* may run a GC (it finishes one in progress): before the settle, which
      * allocates nothing, so no compaction moves objects under it */
-    if (rperf_heap_unverified()) {
-        rb_objspace_each_objects(add_page, NULL);
-        qsort(pages.r, pages.n, sizeof(*pages.r), cmp_page);
-    }
+    rb_objspace_each_objects(add_page, NULL);
+    qsort(pages.r, pages.n, sizeof(*pages.r), cmp_page);
     rperf_heap_settle(alive, memsize);
     free(pages.r);
     pages.r = NULL;
