@@ -31,8 +31,8 @@ class TestPublicSymbols < Test::Unit::TestCase
       "the C side of ObjectSpace.memsize_of (ext/objspace); the method needs require \"objspace\" " \
       "and a method call, neither allowed while a window closes",
     "rb_objspace_each_objects" =>
-      "the heap's pages, to check an unverified tracked object's address before its slot is read; " \
-      "ext/objspace calls it; used only when some object is unverified",
+      "the heap's pages, to check a tracked object's address before its slot is read at a close; " \
+      "ext/objspace calls it",
   }.freeze
 
   # Headers that are not standalone C (C++, other platforms, or meant to be
