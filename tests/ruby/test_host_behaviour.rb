@@ -251,6 +251,28 @@ class TestHostBehaviour < Test::Unit::TestCase
     assert_equal(Rperf::VERSION, run.stdout)
   end
 
+  # `require "rperf"`, and a start under it, define no top-level constant
+  # and load no library the program did not ask for, besides the Zlib and
+  # StringIO that rperf 0.6 loaded too: a program may define its own
+  # constant of such a name, or look at what is loaded.
+  def test_require_and_start_add_only_rperf_zlib_and_stringio
+    script = <<~'RUBY'
+      consts = Object.constants
+      feats = $LOADED_FEATURES.dup
+      require "rperf"
+      Rperf.start(frequency: 100)
+      Rperf.stop
+      new_feats = ($LOADED_FEATURES - feats).map { |f| File.basename(f).sub(/\.(rb|so)\z/, "") }
+      puts (Object.constants - consts).sort.inspect
+      puts (new_feats - %w[rperf zlib stringio run_dir inherit exporters]).inspect
+    RUBY
+    run = run_command([RbConfig.ruby, "-I", RPERF_BUILD_LIB, "-e", script])
+    assert(run.status.success?, "#{run.status.inspect}\n#{run.stderr}")
+    consts, feats = run.stdout.lines
+    assert_equal("[:Rperf, :StringIO, :Zlib]", consts.chomp)
+    assert_equal("[]", feats.chomp, "libraries loaded by rperf besides its own")
+  end
+
   # Every entry point under GC.stress, from loading to exit: start, label,
   # snapshot and stop with every backend in both modes, then a run left
   # going at exit writes its output.

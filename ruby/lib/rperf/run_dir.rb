@@ -1,8 +1,5 @@
 # frozen_string_literal: true
 
-require "securerandom"
-require "tmpdir"
-
 module Rperf
   # The private directory of a run whose processes write their profiles
   # for one of them to merge: the rperf command's run, and a run whose
@@ -10,7 +7,9 @@ module Rperf
   # rperf-run-<pid of the process that merges>-<16 hex digits> in the temp
   # directory, mode 0700 whatever the umask; the rperf command removes
   # those whose process is gone. Pure Ruby: the command makes one before it
-  # loads the extension.
+  # loads the extension. It loads no library (no tmpdir, no securerandom):
+  # `require "rperf"` must not define constants or load features the
+  # program did not ask for.
   module RunDir
     NAME = /\Arperf-run-(\d+)-\h{16}\z/
     # A process's profile in it (ruby/lib/rperf.rb, __start_child_run;
@@ -29,9 +28,27 @@ module Rperf
     # time and heap profiles (nil: not there).
     Part = Struct.new(:name, :pid, :window, :time, :heap)
 
-    def self.make(tmp = Dir.tmpdir)
+    # The temp directory as Dir.tmpdir finds it (TMPDIR, TMP, TEMP, then
+    # /tmp): the first that is a writable directory, and not world-writable
+    # unless sticky.
+    def self.tmpdir
+      [ENV["TMPDIR"], ENV["TMP"], ENV["TEMP"], "/tmp"].each do |dir|
+        next if dir.nil? || dir.empty?
+
+        st = File.stat(dir)
+        next unless st.directory? && st.writable?
+        next if st.world_writable? && !st.sticky?
+
+        return File.expand_path(dir)
+      rescue SystemCallError
+        next
+      end
+      "."
+    end
+
+    def self.make(tmp = tmpdir)
       begin
-        path = File.join(tmp, "rperf-run-#{Process.pid}-#{SecureRandom.hex(8)}")
+        path = File.join(tmp, "rperf-run-#{Process.pid}-#{Random.urandom(8).unpack1('H*')}")
         Dir.mkdir(path, 0o700)
       rescue Errno::EEXIST
         retry
