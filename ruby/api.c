@@ -35,6 +35,9 @@
 static VALUE profiler_obj;
 static ID id_finish_stop;
 static int finish_at_exit;          /* the run asked for output/reports */
+/* the run asked for messages (verbose:, stat:): only then does rperf
+ * write a line of its own on the program's stderr (exec.c) */
+static bool run_messages;
 /* [path, exporter name, child run?, opts, heap path] (frozen Strings, a
  * boolean, nil or a frozen Hash, nil or a frozen String) when the run's
  * output goes through a C exporter: then at exit and exec it is written
@@ -166,8 +169,9 @@ static VALUE lifecycle_unlock(VALUE unused)
 static void lifecycle_after_fork_child(void) { atomic_store(&lifecycle_busy, 0); }
 
 /* _c_start(frequency, mode(0 cpu/1 wall), aggregate, backend_name, signo,
- *          ring_slots, finish_at_exit, max_label_sets, defer), lifecycle
- * lock held */
+ *          ring_slots, finish_at_exit (false, true, or :messages: finish
+ *          and the run asked for messages), max_label_sets, defer),
+ *          lifecycle lock held */
 static VALUE start_locked(VALUE args)
 {
     const VALUE *argv = (const VALUE *)args;
@@ -216,6 +220,7 @@ static VALUE start_locked(VALUE args)
     rperf_thread_set_host_ref(caller, (uintptr_t)rb_thread_current());
     rperf_rb_thread_state_set(rb_thread_current(), caller);
     finish_at_exit = RTEST(finish);
+    run_messages = finish == ID2SYM(rb_intern("messages"));
     /* start is called from the main Ractor (lib/rperf.rb checks it) */
     rperf_thread_set_ractor(caller, 1);
     char name[RPERF_THREAD_NAME_MAX];
@@ -450,6 +455,8 @@ static void at_end(VALUE unused)
  * image is replaced. In the main Ractor it is finished as at exit; in
  * another one it is halted (no last sample, nothing written: the profile
  * is built in the main Ractor only). Returns whether a run was going. */
+bool rperf_rb_run_messages(void) { return run_messages; }
+
 bool rperf_rb_stop_for_exec(void)
 {
     if (rb_ractor_local_storage_ptr(main_key) != NULL) {

@@ -36,11 +36,13 @@ static VALUE call_exec(VALUE args)
 static VALUE exec_method(int argc, VALUE *argv, VALUE self)
 {
     (void)self;
-    bool stopped = rperf_rb_stop_for_exec();
+    bool stopped = rperf_rb_stop_for_exec() && rperf_rb_run_messages();
     int state = 0;
     VALUE args[2] = { (VALUE)argc, (VALUE)argv };
     VALUE ret = rb_protect(call_exec, (VALUE)args, &state);
     if (state) {
+        /* the program's stderr is the program's: only a run that asked
+         * for messages (verbose:, stat:) says why it is no longer going */
         if (stopped)
             fprintf(stderr, "rperf: exec failed in process %ld; profiling stopped before it\n",
                     (long)getpid());

@@ -172,6 +172,8 @@ bool rperf_rb_major_gc_now(void);
 void rperf_rb_api_init(VALUE mRperf);
 /* Before exec, GVL held, any Ractor: stop the run (exec.c) */
 bool rperf_rb_stop_for_exec(void);
+/* the current (or last) run asked for messages on stderr */
+bool rperf_rb_run_messages(void);
 
 /* window_delta.c's pause: the run paused as a snapshot pauses it (the
  * lifecycle lock held until rperf_rb_window_resume), or why not (nothing

@@ -132,7 +132,7 @@ module Rperf
       # and, when it asked for output or reports, finished like Rperf.stop.
       begin
         _c_start(frequency, MODES[mode], aggregate ? true : false, backend_name.to_s, signo, ring_size,
-                 output || verbose || stat ? true : false, max_label_sets, defer, sampled_interval,
+                 verbose || stat ? :messages : (output ? true : false), max_label_sets, defer, sampled_interval,
                  mode != :alloc)
         # a C exporter writes the output at exit and exec from C: no method
         # the application may have redefined on the way
