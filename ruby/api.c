@@ -455,8 +455,6 @@ static void at_end(VALUE unused)
  * image is replaced. In the main Ractor it is finished as at exit; in
  * another one it is halted (no last sample, nothing written: the profile
  * is built in the main Ractor only). Returns whether a run was going. */
-bool rperf_rb_run_messages(void) { return run_messages; }
-
 bool rperf_rb_stop_for_exec(void)
 {
     if (rb_ractor_local_storage_ptr(main_key) != NULL) {
@@ -471,6 +469,8 @@ bool rperf_rb_stop_for_exec(void)
     lifecycle_unlock(Qnil);
     return was;
 }
+
+bool rperf_rb_run_messages(void) { return run_messages; }
 
 /* VM teardown (ruby_vm_destruct): no Ruby API any more. The last guard
  * (profiler_free normally halts a late run first). */
