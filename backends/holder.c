@@ -406,11 +406,9 @@ static bool holder_ran_since_last_tick(int i)
  * whether it ran during the last interval; this says whether it still
  * does, so a holder that just entered a blocking call gets no signal
  * either. Unknown (the file cannot be read): false. */
-static rperf_task_stat_t holder_stat = RPERF_TASK_STAT_NONE;   /* the last holder asked about */
-
 static bool blocked_now(int32_t tid)
 {
-    char st = rperf_task_state_cached(&holder_stat, (pid_t)tid);
+    char st = rperf_task_state((pid_t)tid);
     return st == 'S' || st == 'D';
 }
 
@@ -552,7 +550,6 @@ static void holder_stop(void)
 {
     atomic_store(&live.running, 0);
     rperf_timer_thread_stop();
-    rperf_task_stat_close(&holder_stat);   /* the timer thread is gone: no reader */
     clear_table();
 }
 
@@ -560,7 +557,6 @@ static void holder_after_fork_child(void)
 {
     atomic_store(&live.running, 0);
     rperf_timer_thread_after_fork();   /* the timer thread does not exist here */
-    rperf_task_stat_close(&holder_stat);   /* it names a task of the parent */
     clear_table();
     mine.index = -1;
 }

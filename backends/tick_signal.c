@@ -294,59 +294,6 @@ static char task_stat(pid_t tid, const char *name, bool *named)
 
 char rperf_task_state(pid_t tid) { return task_stat(tid, NULL, NULL); }
 
-/* One read of an open stat file instead of three system calls (open, read,
- * close: 9-12 us here against 4-5 us). The file stays bound to the task it
- * was opened for: once that task has exited its reads fail with ESRCH, and
- * a tid the kernel hands out again is not mistaken for it.
- *
- * The descriptor is the application's to close too (a daemon closing
- * every descriptor, a fork child tidying up): a kept number may come to
- * name one of the application's files. So a descriptor is closed only
- * when it still reads as this task's stat line ("<tid> (") or fails with
- * ESRCH; anything else is forgotten, never closed. */
-static ssize_t cached_read(const rperf_task_stat_t *c, char *buf, size_t cap, bool *ours)
-{
-    ssize_t n = pread(c->fd, buf, cap - 1, 0);
-    if (n < 0) {
-        *ours = errno == ESRCH;
-        return n;
-    }
-    char head[24];
-    int h = snprintf(head, sizeof head, "%d (", (int)c->tid);
-    *ours = h > 0 && n >= h && memcmp(buf, head, (size_t)h) == 0;
-    return n;
-}
-
-char rperf_task_state_cached(rperf_task_stat_t *c, pid_t tid)
-{
-    char buf[256];
-    if (c->fd >= 0 && c->tid != tid) rperf_task_stat_close(c);
-    if (c->fd < 0) {
-        c->fd = task_stat_open(tid);
-        if (c->fd < 0) return 0;
-        c->tid = tid;
-    }
-    bool ours;
-    ssize_t n = cached_read(c, buf, sizeof buf, &ours);
-    if (n > 0 && ours) return stat_state(buf, n, NULL, NULL);
-    if (ours) close(c->fd);        /* its task is gone */
-    c->fd = -1;                    /* not ours any more: forgotten */
-    c->tid = 0;
-    return task_stat(tid, NULL, NULL);
-}
-
-void rperf_task_stat_close(rperf_task_stat_t *c)
-{
-    if (c->fd >= 0) {
-        char buf[256];
-        bool ours;
-        (void)cached_read(c, buf, sizeof buf, &ours);
-        if (ours) close(c->fd);
-    }
-    c->fd = -1;
-    c->tid = 0;
-}
-
 /* Is task `tid` runnable (state R)? A thread that holds a GVL and runs Ruby
  * code is; a sleeping one (Ruby's timer thread in epoll_wait, idle M:N
  * native threads, threads blocked outside the GVL) is not and will see

@@ -39,21 +39,13 @@ void rperf_tick_signal_bootstrap_resend(void);
 bool rperf_tick_signal_bootstrap_pending(void);
 /* no GVL: deliver one tick to native thread `tid` of this process. */
 int rperf_tick_signal_send(pid_t tid);
-/* no GVL, no allocation: the kernel's state letter of task `tid` of this
- * process (R, S, D, ... from /proc/self/task/<tid>/stat), 0 if unknown. */
+/* no GVL, no allocation, not for a signal handler (it formats with
+ * snprintf): the kernel's state letter of task `tid` of this process (R, S,
+ * D, ... from /proc/self/task/<tid>/stat), 0 if unknown. The file is opened,
+ * read and closed in the call: no descriptor is held between calls, so the
+ * application never sees one of the profiler's in its descriptor table
+ * (fd scans, daemons closing every descriptor, IO.for_fd). */
 char rperf_task_state(pid_t tid);
-/* The same through a kept file: one open stat file for the task last asked
- * about (one reader: the thread that owns `c`; no GVL, no allocation, not
- * for a signal handler: it formats with snprintf). Start
- * with RPERF_TASK_STAT_NONE; close it when done and in a fork child (the
- * file names the parent's task). */
-typedef struct rperf_task_stat {
-    int fd;
-    pid_t tid;
-} rperf_task_stat_t;
-#define RPERF_TASK_STAT_NONE { -1, 0 }
-char rperf_task_state_cached(rperf_task_stat_t *c, pid_t tid);
-void rperf_task_stat_close(rperf_task_stat_t *c);
 /* Test seam: run by a handler inside its bootstrap re-send section (NULL:
  * nothing; the extension never sets it). */
 extern void (*volatile rperf__tick_signal_resend_hook)(void);
