@@ -7,8 +7,9 @@
  * Stop and exit: the engine is stopped first, in C, before any Ruby code
  * runs (exporters, reports): Rperf.stop is a C method, and at exit a C end
  * proc (registered at require time, so it runs after the application's
- * at_exit blocks) stops a run that is still going and writes the output
- * asked for at start. A run started even later (a later at_exit block, a
+ * at_exit blocks) stops a run that is still going, and a finalizer that
+ * Ruby runs once it has terminated the program's threads writes the
+ * output asked for at start. A run started even later (a later at_exit block, a
  * finalizer) is halted when Ruby frees its data objects at exit
  * (profiler_free), with a last guard at VM teardown (ruby_vm_at_exit); no
  * tick ever reaches a VM being destroyed.
@@ -166,7 +167,18 @@ static VALUE lifecycle_unlock(VALUE unused)
     return Qnil;
 }
 
-static void lifecycle_after_fork_child(void) { atomic_store(&lifecycle_busy, 0); }
+/* A run the end proc stopped, whose output and reports are still to be
+ * written: by the exit finalizer (finish_at_exit_now), or first by an exec
+ * or a start (an at_exit block registered before rperf was required runs
+ * after the end proc). Not in a fork child: the run is its parent's. */
+static bool finish_pending;
+static void finish_stopped_run(const char *when);
+
+static void lifecycle_after_fork_child(void)
+{
+    atomic_store(&lifecycle_busy, 0);
+    finish_pending = false;
+}
 
 /* _c_start(frequency, mode(0 cpu/1 wall), aggregate, backend_name, signo,
  *          ring_slots, finish_at_exit (false, true, or :messages: finish
@@ -267,6 +279,10 @@ static VALUE c_start(int argc, VALUE *argv, VALUE self)
     rb_check_arity(argc, 11, 11);
     require_main_ractor("start");
     check_start_args(argv);
+    if (finish_pending) {             /* the previous run, stopped at exit */
+        finish_pending = false;
+        finish_stopped_run("exit");
+    }
     lifecycle_lock();
     return rb_ensure(start_locked, (VALUE)argv, lifecycle_unlock, Qnil);
 }
@@ -442,13 +458,39 @@ static void finish_stopped_run(const char *when)
     }
 }
 
+/* Finalizer at exit (main thread, GVL held): Ruby runs it after every end
+ * proc and at_exit block and after it has terminated the program's other
+ * threads and Ractors. Writing a profile or a report releases the GVL (the
+ * exporters work without it; IO blocks): at the end procs the program's
+ * threads would run meanwhile and see the main thread asleep where,
+ * unprofiled, it is already on its way out ("false false aborting" to a
+ * thread watching it); here none is left to see it. Ruby has also removed
+ * every event hook and TracePoint by then, so none of the application's
+ * can raise into the writing. */
+static VALUE finish_at_exit_now(RB_BLOCK_CALL_FUNC_ARGLIST(yielded, unused))
+{
+    (void)yielded;
+    (void)unused;
+    if (!finish_pending) return Qnil;
+    finish_pending = false;
+    finish_stopped_run("exit");
+    return Qnil;
+}
+
+/* Holds the finalizer above: kept alive for the process's life, so its
+ * finalizer runs only at exit (Ruby runs every remaining finalizer then,
+ * before it frees data objects). */
+static VALUE exit_token;
+
 /* End proc (main thread, GVL held, at exit): a run still going is stopped
- * and finished here. */
+ * here (its samples end where the program's code ends) and finished at
+ * the finalizers (finish_at_exit_now). */
 static void at_end(VALUE unused)
 {
     (void)unused;
     if (rb_ractor_local_storage_ptr(main_key) == NULL || !stop_engine()) return;
-    finish_stopped_run("exit");
+    finish_pending = true;
+    rb_define_finalizer(exit_token, rb_proc_new(finish_at_exit_now, Qnil));
 }
 
 /* Before exec (exec.c), GVL held, any Ractor: the run is over before the
@@ -458,7 +500,8 @@ static void at_end(VALUE unused)
 bool rperf_rb_stop_for_exec(void)
 {
     if (rb_ractor_local_storage_ptr(main_key) != NULL) {
-        if (!stop_engine()) return false;
+        if (!finish_pending && !stop_engine()) return false;
+        finish_pending = false;           /* stopped at exit, or just now */
         finish_stopped_run("exec");
         return true;
     }
@@ -713,6 +756,8 @@ void rperf_rb_api_init(VALUE m)
     rb_obj_freeze(heap_opts);
     rb_gc_register_mark_object(heap_opts);
     pthread_atfork(NULL, NULL, lifecycle_after_fork_child);
+    exit_token = rb_obj_alloc(rb_cObject);
+    rb_gc_register_mark_object(exit_token);
     rb_set_end_proc(at_end, Qnil);
     ruby_vm_at_exit(vm_teardown);
     rb_define_module_function(m, "_c_start", c_start, -1);
