@@ -288,11 +288,24 @@ size_t rperf__frames_count(void);
 rperf_frame_t rperf__frames_at(uint32_t index);
 void rperf__frames_mark(void (*mark)(rperf_frame_t), bool (*is_old)(rperf_frame_t));
 void rperf__frames_clear(void);
+/* marker, GVL thread: index retired (its value is no object of ours) */
+bool rperf__frames_retired(uint32_t index);
+/* GVL held: the host's retirement pass (rperf_frames_retire_pass) */
+size_t rperf__frames_retire_pass(rperf_frame_verdict_t (*judge)(uint32_t id, rperf_frame_t v, void *arg),
+                                 void *arg);
+/* worker: carry out requested retirements; returns how many */
+size_t rperf__frames_retire_due(void);
+/* GVL thread (inside GC too): new frames were judged at the last pass */
+bool rperf__frames_churning(void);
+/* any context but a signal handler: drain every ring at the next wake */
+void rperf__worker_drain_soon(void);
 extern rperf_frame_t volatile rperf__inflight;  /* worker's frame in transit */
-/* epoch: the worker's record (defer frees), the marker's record */
+/* epoch: the worker's record (defer frees), the marker's record, the
+ * host's retirement pass's record */
 extern ck_epoch_t rperf__epoch;
 extern ck_epoch_record_t rperf__epoch_worker;
 extern ck_epoch_record_t rperf__epoch_marker;
+extern ck_epoch_record_t rperf__epoch_namer;
 void rperf__epoch_reset(void);
 
 /* ---- aggregation (aggregate.c; worker, or GVL thread when paused) ------- */

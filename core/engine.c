@@ -493,8 +493,25 @@ size_t rperf_result_frame_count(void) { return rperf__frames_count(); }
 
 rperf_frame_t rperf_result_frame(uint32_t id)
 {
-    if (id < RPERF_SYNTHETIC_FRAMES) return 0;
+    if (id < RPERF_SYNTHETIC_FRAMES || rperf__frames_retired(id - RPERF_SYNTHETIC_FRAMES)) return 0;
     return rperf__frames_at(id - RPERF_SYNTHETIC_FRAMES);
+}
+
+bool rperf_result_frame_retired(uint32_t id)
+{
+    return id >= RPERF_SYNTHETIC_FRAMES && rperf__frames_retired(id - RPERF_SYNTHETIC_FRAMES);
+}
+
+void rperf_frames_gc_marked(void)
+{
+    if (atomic_load(&rperf__engine.running) && rperf__frames_churning()) rperf__worker_drain_soon();
+}
+
+size_t rperf_frames_retire_pass(rperf_frame_verdict_t (*judge)(uint32_t id, rperf_frame_t v, void *arg),
+                                void *arg)
+{
+    if (!atomic_load(&rperf__engine.running)) return 0;
+    return rperf__frames_retire_pass(judge, arg);
 }
 
 size_t rperf_result_aggregated_count(void) { return rperf__agg_count(); }

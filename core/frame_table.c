@@ -21,6 +21,21 @@
  * (filled from the table, emptied whenever the table is): keys are marked
  * and pinned, so such a value names the same live object for as long as
  * the memo holds it.
+ *
+ * Retirement: a frame's code object is pinned only while the profile may
+ * need it. Each id has a state byte (fixed chunks that never move, so the
+ * worker, the marker and the host's pass share them without a lock). The
+ * worker touches an id at every sample that interns it. The host's pass
+ * (GVL held, after a GC: rperf_frames_retire_pass) takes each id that no
+ * sample touched since its previous pass, asks the host about it — keep
+ * it for good (an old object: code that lives on), or retire it (the host
+ * has kept its names and lines) — and requests retirement; the worker
+ * then removes the value from the ck_ht and the memo and only then marks
+ * the id retired, which the marker honours by no longer marking it. So
+ * once the object can be collected, no lookup can return its id any more:
+ * a later sample at the same address (the same code, or new code in the
+ * freed slot) is interned as a new id. A sample touching an id whose
+ * retirement is requested cancels it.
  */
 #include "core_internal.h"
 
@@ -35,6 +50,7 @@ typedef struct key_array {
 ck_epoch_t rperf__epoch;
 ck_epoch_record_t rperf__epoch_worker;
 ck_epoch_record_t rperf__epoch_marker;
+ck_epoch_record_t rperf__epoch_namer;
 rperf_frame_t volatile rperf__inflight;
 
 static ck_ht_t table;
@@ -46,6 +62,85 @@ static _Atomic size_t count;
  * them). Reset with the table. */
 static size_t young_from;
 #define KEYS_INITIAL 1024
+
+/* Per-id retirement states (see the comment at the top). */
+enum {
+    FS_FRESH = 0,      /* no sample since the last pass */
+    FS_TOUCHED = 1,    /* sampled since the last pass */
+    FS_KEPT = 2,       /* pinned for the run (the host said so) */
+    FS_RETIRING = 3,   /* the pass asked; the worker has not removed it yet */
+    FS_RETIRED = 4,    /* out of the lookup, no longer marked */
+};
+#define STATE_CHUNK_BITS 14
+#define STATE_CHUNK (1u << STATE_CHUNK_BITS)             /* 16 KiB of states */
+#define STATE_CHUNKS (1u << 14)                          /* 268 M ids */
+static _Atomic uint8_t *_Atomic state_chunks[STATE_CHUNKS];
+static _Atomic bool retire_due;         /* the pass requested some */
+static bool churning;                   /* GVL: the last pass judged frames */
+static size_t pass_from;                /* pass only: ids below are kept or retired */
+static size_t worker_retire_from;       /* worker only: lowest id a request may name */
+static _Atomic size_t retire_low;       /* pass -> worker: lowest id requested */
+
+/* Any context: the state byte of index i, NULL past the chunks made. */
+static _Atomic uint8_t *state_at(size_t i)
+{
+    if ((i >> STATE_CHUNK_BITS) >= STATE_CHUNKS) return NULL;
+    _Atomic uint8_t *c = atomic_load_explicit(&state_chunks[i >> STATE_CHUNK_BITS], memory_order_acquire);
+    return c ? &c[i & (STATE_CHUNK - 1)] : NULL;
+}
+
+/* worker (or GVL thread, worker parked): make sure index i has a state
+ * byte; false when out of memory or past the last chunk. */
+static bool state_ensure(size_t i)
+{
+    size_t ci = i >> STATE_CHUNK_BITS;
+    if (ci >= STATE_CHUNKS) return false;
+    if (atomic_load_explicit(&state_chunks[ci], memory_order_relaxed)) return true;
+    _Atomic uint8_t *c = rperf__calloc(STATE_CHUNK, 1);
+    if (!c) return false;
+    atomic_store_explicit(&state_chunks[ci], c, memory_order_release);
+    return true;
+}
+
+/* GVL held, worker parked or joined, no pass or marker running: every
+ * state back to FRESH (kept chunks reused), or freed. */
+static void states_reset(bool free_them)
+{
+    for (size_t ci = 0; ci < STATE_CHUNKS; ci++) {
+        _Atomic uint8_t *c = atomic_load_explicit(&state_chunks[ci], memory_order_relaxed);
+        if (!c) break;
+        if (free_them) {
+            atomic_store_explicit(&state_chunks[ci], NULL, memory_order_relaxed);
+            rperf__free((void *)c, STATE_CHUNK);
+        } else {
+            for (size_t k = 0; k < STATE_CHUNK; k++) atomic_store_explicit(&c[k], FS_FRESH, memory_order_relaxed);
+        }
+    }
+    pass_from = 0;
+    churning = false;
+    worker_retire_from = 0;
+    atomic_store(&retire_low, SIZE_MAX);
+    atomic_store(&retire_due, false);
+}
+
+/* worker: a sample interned index i: it stays pinned past the next pass
+ * (and a requested retirement is cancelled). */
+static void touch(size_t i)
+{
+    _Atomic uint8_t *st = state_at(i);
+    if (!st) return;
+    uint8_t cur = atomic_load_explicit(st, memory_order_relaxed);
+    if (cur == FS_FRESH || cur == FS_RETIRING)
+        atomic_compare_exchange_strong_explicit(st, &cur, FS_TOUCHED, memory_order_relaxed,
+                                                memory_order_relaxed);
+}
+
+/* marker or GVL thread: is index i retired (its object not ours)? */
+static bool retired(size_t i)
+{
+    _Atomic uint8_t *st = state_at(i);
+    return st && atomic_load_explicit(st, memory_order_acquire) == FS_RETIRED;
+}
 
 #define MEMO_BITS 11
 #define MEMO_SLOTS (1u << MEMO_BITS)    /* 32 KiB */
@@ -81,9 +176,11 @@ void rperf__epoch_reset(void)
     memset(&rperf__epoch, 0, sizeof(rperf__epoch));
     memset(&rperf__epoch_worker, 0, sizeof(rperf__epoch_worker));
     memset(&rperf__epoch_marker, 0, sizeof(rperf__epoch_marker));
+    memset(&rperf__epoch_namer, 0, sizeof(rperf__epoch_namer));
     ck_epoch_init(&rperf__epoch);
     ck_epoch_register(&rperf__epoch, &rperf__epoch_worker, NULL);
     ck_epoch_register(&rperf__epoch, &rperf__epoch_marker, NULL);
+    ck_epoch_register(&rperf__epoch, &rperf__epoch_namer, NULL);
 }
 
 int rperf__frames_init(void)
@@ -105,6 +202,7 @@ int rperf__frames_init(void)
     young_from = 0;
     rperf__inflight = 0;
     memo_clear();
+    states_reset(false);
     return 0;
 }
 
@@ -130,6 +228,7 @@ void rperf__frames_clear(void)
     young_from = 0;
     rperf__inflight = 0;
     memo_clear();
+    states_reset(false);
     if (old) ck_epoch_call(&rperf__epoch_worker, &old->entry, key_array_free_cb);
 }
 
@@ -141,6 +240,7 @@ void rperf__frames_destroy(void)
     atomic_store_explicit(&keys, NULL, memory_order_release);
     rperf__inflight = 0;
     memo_clear();
+    states_reset(true);
     if (table_ready) {
         ck_ht_destroy(&table);
         table_ready = 0;
@@ -156,7 +256,10 @@ static uint32_t intern_slow(rperf_frame_t v);
 uint32_t rperf__frames_intern(rperf_frame_t v)
 {
     struct memo_entry *m = memo_at(v);
-    if (m->v == v && v != 0) return m->id;
+    if (m->v == v && v != 0) {
+        touch(m->id - RPERF_SYNTHETIC_FRAMES);
+        return m->id;
+    }
     uint32_t id = intern_slow(v);
     if (id >= RPERF_SYNTHETIC_FRAMES) {
         m->v = v;
@@ -171,10 +274,15 @@ static uint32_t intern_slow(rperf_frame_t v)
     ck_ht_entry_t e;
     ck_ht_hash_direct(&h, &table, v);
     ck_ht_entry_key_set_direct(&e, v);
-    if (ck_ht_get_spmc(&table, h, &e))
-        return (uint32_t)ck_ht_entry_value_direct(&e) + RPERF_SYNTHETIC_FRAMES;
+    if (ck_ht_get_spmc(&table, h, &e)) {
+        size_t i = (size_t)ck_ht_entry_value_direct(&e);
+        touch(i);
+        return (uint32_t)i + RPERF_SYNTHETIC_FRAMES;
+    }
 
     size_t n = atomic_load_explicit(&count, memory_order_relaxed);
+    if (!state_ensure(n)) return RPERF_FRAME_UNKNOWN;     /* out of memory */
+    atomic_store_explicit(state_at(n), FS_TOUCHED, memory_order_relaxed);
     key_array_t *a = atomic_load_explicit(&keys, memory_order_relaxed);
     if (n == a->cap) {
         key_array_t *b = rperf__alloc(key_array_bytes(a->cap * 2));
@@ -221,12 +329,97 @@ void rperf__frames_mark(void (*mark)(rperf_frame_t), bool (*is_old)(rperf_frame_
     if (!a) return;
     if (n > a->cap) n = a->cap;
     if (!is_old) {
-        for (size_t i = 0; i < n; i++) mark(a->keys[i]);
+        for (size_t i = 0; i < n; i++)
+            if (!retired(i)) mark(a->keys[i]);
         return;
     }
+    /* a retired key's object may be gone: never read, and never needed
+     * again, so the cursor passes it as it passes old ones */
     size_t i = young_from < n ? young_from : n;
-    while (i < n && is_old(a->keys[i])) i++;
+    while (i < n && (retired(i) || is_old(a->keys[i]))) i++;
     young_from = i;
     for (; i < n; i++)
-        if (!is_old(a->keys[i])) mark(a->keys[i]);
+        if (!retired(i) && !is_old(a->keys[i])) mark(a->keys[i]);
+}
+
+bool rperf__frames_retired(uint32_t index)
+{
+    return index < rperf__frames_count() && retired(index);
+}
+
+bool rperf__frames_churning(void) { return churning; }
+
+/* GVL held (the host's pass, inside no GC), worker running or parked. */
+size_t rperf__frames_retire_pass(rperf_frame_verdict_t (*judge)(uint32_t id, rperf_frame_t v, void *arg),
+                                 void *arg)
+{
+    if (!table_ready) return 0;
+    size_t asked = 0, judged = 0, low = SIZE_MAX;
+    ck_epoch_section_t sec;
+    ck_epoch_begin(&rperf__epoch_namer, &sec);
+    size_t n = atomic_load_explicit(&count, memory_order_acquire);
+    key_array_t *a = atomic_load_explicit(&keys, memory_order_acquire);
+    if (a && n > a->cap) n = a->cap;
+    bool settled = true;                 /* every id below i is kept or retired */
+    for (size_t i = pass_from; a && i < n; i++) {
+        _Atomic uint8_t *st = state_at(i);
+        if (!st) break;
+        uint8_t cur = atomic_load_explicit(st, memory_order_relaxed);
+        if (cur == FS_FRESH || cur == FS_TOUCHED) {
+            judged++;
+            rperf_frame_verdict_t v = judge((uint32_t)i + RPERF_SYNTHETIC_FRAMES, a->keys[i], arg);
+            uint8_t to = v == RPERF_FRAME_KEEP ? FS_KEPT : v == RPERF_FRAME_RETIRE ? FS_RETIRING : FS_FRESH;
+            if (to != FS_FRESH && atomic_compare_exchange_strong_explicit(
+                                      st, &cur, to, memory_order_relaxed, memory_order_relaxed) &&
+                to == FS_RETIRING) {
+                asked++;
+                if (i < low) low = i;
+            }
+        }
+        cur = atomic_load_explicit(st, memory_order_relaxed);
+        if (settled && (cur == FS_KEPT || cur == FS_RETIRED)) pass_from = i + 1;
+        else settled = false;
+    }
+    RPERF_EPOCH_SECTION_END();
+    ck_epoch_end(&rperf__epoch_namer, &sec);
+    churning = judged > 0;
+    if (asked) {
+        size_t prev = atomic_load(&retire_low);
+        while (low < prev && !atomic_compare_exchange_weak(&retire_low, &prev, low)) {
+        }
+        atomic_store_explicit(&retire_due, true, memory_order_release);
+        rperf__worker_drain_soon();
+    }
+    return asked;
+}
+
+/* worker: carry out the retirements the pass requested. */
+size_t rperf__frames_retire_due(void)
+{
+    if (!table_ready || !atomic_exchange_explicit(&retire_due, false, memory_order_acquire)) return 0;
+    size_t low = atomic_exchange(&retire_low, SIZE_MAX);
+    if (low < worker_retire_from) worker_retire_from = low;
+    size_t n = atomic_load_explicit(&count, memory_order_relaxed);
+    key_array_t *a = atomic_load_explicit(&keys, memory_order_relaxed);
+    size_t done = 0;
+    for (size_t i = worker_retire_from; i < n; i++) {
+        _Atomic uint8_t *st = state_at(i);
+        if (!st) break;
+        uint8_t cur = FS_RETIRING;
+        if (atomic_load_explicit(st, memory_order_relaxed) != FS_RETIRING) continue;
+        rperf_frame_t v = a->keys[i];
+        ck_ht_hash_t h;
+        ck_ht_entry_t e;
+        ck_ht_hash_direct(&h, &table, v);
+        ck_ht_entry_key_set_direct(&e, v);
+        ck_ht_remove_spmc(&table, h, &e);
+        struct memo_entry *m = memo_at(v);
+        if (m->v == v) m->v = 0;
+        /* out of the lookup before the marker may let the object go */
+        if (atomic_compare_exchange_strong_explicit(st, &cur, FS_RETIRED, memory_order_release,
+                                                    memory_order_relaxed))
+            done++;
+    }
+    worker_retire_from = n;
+    return done;
 }

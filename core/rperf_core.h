@@ -352,7 +352,26 @@ uint64_t rperf_engine_ticks_unconsumed(void);
 /* ---- results (GVL held, worker paused or joined) -------------------------- */
 
 size_t rperf_result_frame_count(void);          /* ids RPERF_SYNTHETIC_FRAMES.. */
-rperf_frame_t rperf_result_frame(uint32_t id);  /* id >= RPERF_SYNTHETIC_FRAMES */
+/* id >= RPERF_SYNTHETIC_FRAMES; 0 for a retired id (its object is not
+ * pinned any more: the host named it when it retired it) */
+rperf_frame_t rperf_result_frame(uint32_t id);
+bool rperf_result_frame_retired(uint32_t id);
+
+/* ---- frame retirement (GVL held, during a run) -----------------------------
+ * A frame's object is pinned only while the profile may need it. After a
+ * GC the host runs a pass: every frame id no sample touched since the
+ * previous pass is judged once: KEEP pins it for the run (code that lives
+ * on: an old object, a class), RETIRE unpins it (the host has kept the
+ * frame's names and lines, its id stays valid in the results), LATER asks
+ * again at a later pass. A retired frame's object may be collected; a
+ * later sample of it, or of new code at its address, gets a new id. */
+typedef enum { RPERF_FRAME_LATER, RPERF_FRAME_KEEP, RPERF_FRAME_RETIRE } rperf_frame_verdict_t;
+size_t rperf_frames_retire_pass(rperf_frame_verdict_t (*judge)(uint32_t id, rperf_frame_t v, void *arg),
+                                void *arg);
+/* inside GC, at the end of marking: while new code is being sampled, the
+ * worker drains every ring now, so the next pass judges those frames
+ * before more GCs (whose marking ages them: the rings pin them) pass. */
+void rperf_frames_gc_marked(void);
 
 typedef struct rperf_result_sample {
     const uint32_t *frames;   /* frame ids, leaf first */

@@ -118,6 +118,8 @@ static void deadline_in(struct timespec *ts, long ms)
     }
 }
 
+static _Atomic bool drain_asked;   /* rperf__worker_drain_soon */
+
 static void *worker_main(void *arg)
 {
     (void)arg;
@@ -140,7 +142,8 @@ static void *worker_main(void *arg)
         pthread_mutex_unlock(&mu);
         struct timespec now;
         clock_gettime(CLOCK_MONOTONIC, &now);
-        if (now.tv_sec > full_at.tv_sec ||
+        if (atomic_exchange_explicit(&drain_asked, false, memory_order_relaxed) ||
+            now.tv_sec > full_at.tv_sec ||
             (now.tv_sec == full_at.tv_sec && now.tv_nsec >= full_at.tv_nsec)) {
             bool found = rperf__worker_drain_all() > 0;
             wait_ms = found ? RPERF_WORKER_PERIOD_MS
@@ -150,6 +153,7 @@ static void *worker_main(void *arg)
             wait_ms = RPERF_WORKER_PERIOD_MS;   /* samples again: visit all soon */
             deadline_in(&full_at, wait_ms);
         }
+        rperf__frames_retire_due();
         ck_epoch_poll(&rperf__epoch_worker);
         if (rperf__engine.host.worker_poll && rperf__engine.host.worker_poll() &&
             wait_ms > RPERF_WORKER_PERIOD_MS) {
@@ -237,6 +241,17 @@ static void wake_worker(void)
         pthread_cond_signal(&cv);
         pthread_mutex_unlock(&mu);
     }
+}
+
+/* Any context but a signal handler (inside GC too: no Ruby API): every
+ * ring drained and requested frame retirements carried out at the
+ * worker's next wake, which this asks for now. */
+
+void rperf__worker_drain_soon(void)
+{
+    if (!started) return;
+    atomic_store_explicit(&drain_asked, true, memory_order_relaxed);
+    wake_worker();
 }
 
 void rperf_engine_ticker_on(bool on)

@@ -229,6 +229,7 @@ static VALUE start_locked(VALUE args)
         rb_raise(rb_eRuntimeError, "%s", err);
     }
     rperf_rb_alloc_install();
+    rperf_rb_frame_names_reset();   /* the engine runs: whether frames may retire */
     rperf_thread_set_host_ref(caller, (uintptr_t)rb_thread_current());
     rperf_rb_thread_state_set(rb_thread_current(), caller);
     finish_at_exit = RTEST(finish);
@@ -295,6 +296,7 @@ static VALUE release(VALUE unused)
     if (!rperf_engine_running() && rperf_engine_has_results()) {
         rperf_rb_windows_fold(true);
         rperf_engine_release();
+        rperf_rb_frame_names_reset();
     }
     return Qnil;
 }
@@ -531,6 +533,7 @@ static VALUE resume_clear(VALUE clear)
         /* a new window: label sets nobody uses any more are released too */
         rperf_rb_labels_window_clear();
         rperf_engine_clear();
+        rperf_rb_frame_names_reset();    /* ids restart with the table */
         /* heap windows go on from the objects in use the clear kept */
         rperf_rb_windows_rebase();
     }

@@ -20,7 +20,9 @@ rb_internal_thread_specific_key_t rperf_rb_ready_key;
 static int capture(rperf_frame_t *buf, int max)
 {
     /* start must be 0: the start argument is broken in Ruby 3.3 */
-    return rb_profile_frames(0, max, (VALUE *)buf, NULL);
+    int n = rb_profile_frames(0, max, (VALUE *)buf, NULL);
+    rperf_rb_frame_names_captured((const VALUE *)buf, n);
+    return n;
 }
 
 static void trigger(void)
@@ -122,7 +124,10 @@ static void sample_job(void *data)
     rperf_engine_leave();
     if (ractor > 1 || rperf_rb_alloc_ractors_active()) rperf_rb_alloc_ractor_job();
     rperf_rb_alloc_job_any();
-    if (ractor == 1) rperf_rb_hooks_heal();
+    if (ractor == 1) {
+        rperf_rb_hooks_heal();
+        rperf_rb_frame_names_pass();
+    }
     if (!want_name) return;
     char name[RPERF_THREAD_NAME_MAX];
     size_t len = rperf_rb_thread_name(name, sizeof(name));

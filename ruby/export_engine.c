@@ -34,6 +34,7 @@
 #include <ruby/debug.h>
 
 #include "rperf_core.h"
+#include "rperf_ruby.h"
 #include "export_internal.h"
 
 int
@@ -101,24 +102,13 @@ resolve_engine_frame(conv_t *c, uint32_t id)
         rperf_synthetic_frame(id, &p, &l);
         return rperf_rb_export_frame(c, p, strlen(p), l, strlen(l), 0);
     }
-    VALUE fv = (VALUE)rperf_result_frame(id);
-    VALUE path = fv ? rb_profile_frame_path(fv) : Qnil;
-    VALUE label = fv ? rb_profile_frame_full_label(fv) : Qnil;
-    VALUE line = fv ? rb_profile_frame_first_lineno(fv) : Qnil;
-    const char *pp = "<C method>", *lp = "";
-    size_t pl = 10, ll = 0;
-    if (RB_TYPE_P(path, T_STRING)) {
-        pp = RSTRING_PTR(path);
-        pl = (size_t)RSTRING_LEN(path);
-    }
-    if (RB_TYPE_P(label, T_STRING)) {
-        lp = RSTRING_PTR(label);
-        ll = (size_t)RSTRING_LEN(label);
-    }
-    int32_t first = RB_FIXNUM_P(line) ? rperf_rb_export_line(FIX2LONG(line)) : 0;
-    uint32_t idx = rperf_rb_export_frame(c, pp, pl, lp, ll, first);
-    RB_GC_GUARD(path);
-    RB_GC_GUARD(label);
+    rperf_rb_frame_text_t t;
+    VALUE keep[2];
+    rperf_rb_frame_text(id, &t, keep);
+    int32_t first = t.first_line ? rperf_rb_export_line(t.first_line) : 0;
+    uint32_t idx = rperf_rb_export_frame(c, t.path, t.path_len, t.label, t.label_len, first);
+    RB_GC_GUARD(keep[0]);
+    RB_GC_GUARD(keep[1]);
     return idx;
 }
 

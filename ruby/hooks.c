@@ -199,6 +199,7 @@ static void gc_hook(rb_event_flag_t ev, VALUE data, VALUE self, ID mid, VALUE kl
     else if (ev & RUBY_INTERNAL_EVENT_GC_END_MARK) {
         rperf_ev_gc(RPERF_GC_END_MARK);
         rperf_rb_alloc_gc_end_mark();    /* the live heap's dead objects */
+        rperf_rb_frame_names_gc();       /* frames to judge at the next job */
     }
     else if (ev & RUBY_INTERNAL_EVENT_GC_END_SWEEP) rperf_ev_gc(RPERF_GC_END_SWEEP);
     else if (ev & RUBY_INTERNAL_EVENT_GC_ENTER) rperf_ev_gc(RPERF_GC_ENTER);

@@ -51,9 +51,11 @@ static VALUE frame_pair(build_ctx_t *c, uint32_t id)
         path = rb_str_new_cstr(sp);
         label = rb_str_new_cstr(sl);
     } else {
+        rperf_rb_frame_text_t t;
         VALUE fv = (VALUE)rperf_result_frame(id);
-        path = fv ? rb_profile_frame_path(fv) : Qnil;
-        label = fv ? rb_profile_frame_full_label(fv) : Qnil;
+        bool named = !fv && rperf_rb_frame_name(id, &t);
+        path = named ? rb_str_new(t.path, (long)t.path_len) : fv ? rb_profile_frame_path(fv) : Qnil;
+        label = named ? rb_str_new(t.label, (long)t.label_len) : fv ? rb_profile_frame_full_label(fv) : Qnil;
         if (NIL_P(path)) path = rb_str_new_cstr("<C method>");
         if (NIL_P(label)) label = rb_str_new_cstr("");
     }

@@ -33,6 +33,22 @@ void rperf_rb_hooks_remove(void);
 void rperf_rb_hooks_after_fork_child(void);
 /* a GC event reached a hook of rperf's (other Ractors' allocation hooks) */
 void rperf_rb_hooks_gc_seen(void);
+
+/* frame_names.c: names of frames whose code is no longer pinned */
+typedef struct rperf_rb_frame_text {
+    const char *path, *label;
+    size_t path_len, label_len;
+    int first_line;
+} rperf_rb_frame_text_t;
+void rperf_rb_frame_names_gc(void);          /* inside GC: a pass is due */
+void rperf_rb_frame_names_captured(const VALUE *frames, int n);   /* own, any Ractor */
+void rperf_rb_frame_names_pass(void);        /* GVL, main Ractor, job */
+bool rperf_rb_frame_name(uint32_t id, rperf_rb_frame_text_t *out);   /* retired id */
+/* GVL held, results not released: any frame id >= RPERF_SYNTHETIC_FRAMES
+ * named as results name it; keep[] holds the strings the text points
+ * into (allocates for a pinned frame) */
+void rperf_rb_frame_text(uint32_t id, rperf_rb_frame_text_t *out, VALUE keep[2]);
+void rperf_rb_frame_names_reset(void);       /* GVL: start, clear, release */
 /* main Ractor, a job: put the event flags back if a collected Ractor
  * cleared them */
 void rperf_rb_hooks_heal(void);

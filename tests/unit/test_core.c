@@ -409,6 +409,7 @@ RPERF_TEST(freed_ring_blocks_are_reused_and_released)
 RPERF_TEST(ring_memory_comes_with_the_first_sample)
 {
     setup();
+    rperf__frames_intern(fake_frame(1));   /* the frame table's own memory before the base */
     rperf__pages_release_cache();
     size_t base = rperf_engine_memory_bytes();
     rperf_thread_t *pt = rperf__calloc_lines(sizeof(*pt));   /* as rperf_thread_new */
