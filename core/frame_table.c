@@ -76,7 +76,7 @@ enum {
 #define STATE_CHUNKS (1u << 14)                          /* 268 M ids */
 static _Atomic uint8_t *_Atomic state_chunks[STATE_CHUNKS];
 static _Atomic bool retire_due;         /* the pass requested some */
-static bool churning;                   /* GVL: the last pass judged frames */
+static _Atomic bool churning;           /* the last pass judged frames (read inside GC, any Ractor) */
 static size_t pass_from;                /* pass only: ids below are kept or retired */
 static size_t worker_retire_from;       /* worker only: lowest id a request may name */
 static _Atomic size_t retire_low;       /* pass -> worker: lowest id requested */
@@ -117,7 +117,7 @@ static void states_reset(bool free_them)
         }
     }
     pass_from = 0;
-    churning = false;
+    atomic_store_explicit(&churning, false, memory_order_relaxed);
     worker_retire_from = 0;
     atomic_store(&retire_low, SIZE_MAX);
     atomic_store(&retire_due, false);
@@ -347,7 +347,7 @@ bool rperf__frames_retired(uint32_t index)
     return index < rperf__frames_count() && retired(index);
 }
 
-bool rperf__frames_churning(void) { return churning; }
+bool rperf__frames_churning(void) { return atomic_load_explicit(&churning, memory_order_relaxed); }
 
 /* GVL held (the host's pass, inside no GC), worker running or parked. */
 size_t rperf__frames_retire_pass(rperf_frame_verdict_t (*judge)(uint32_t id, rperf_frame_t v, void *arg),
@@ -382,7 +382,7 @@ size_t rperf__frames_retire_pass(rperf_frame_verdict_t (*judge)(uint32_t id, rpe
     }
     RPERF_EPOCH_SECTION_END();
     ck_epoch_end(&rperf__epoch_namer, &sec);
-    churning = judged > 0;
+    atomic_store_explicit(&churning, judged > 0, memory_order_relaxed);
     if (asked) {
         size_t prev = atomic_load(&retire_low);
         while (low < prev && !atomic_compare_exchange_weak(&retire_low, &prev, low)) {
