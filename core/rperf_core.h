@@ -258,6 +258,10 @@ void rperf_resume_was_slow(void);
  * true for the thread's first job and then every 32nd: the host then reads
  * Thread#name (outside enter/leave, it calls Ruby) and stores it. */
 void rperf_thread_set_ractor(rperf_thread_t *pt, uint32_t ractor_id);
+/* The thread's own EXITED (it no longer holds a GVL): its Ractor id, set
+ * without telling the backend, which must not take an exiting thread for
+ * a GVL holder. */
+void rperf_thread_set_ractor_at_exit(rperf_thread_t *pt, uint32_t ractor_id);
 /* Any context where pt was just created or is the caller's own thread:
  * the host's handle on pt's Ruby thread (host.capture_thread). */
 void rperf_thread_set_host_ref(rperf_thread_t *pt, uintptr_t ref);

@@ -1017,6 +1017,11 @@ void rperf_thread_set_host_ref(rperf_thread_t *pt, uintptr_t ref)
     atomic_store_explicit(&pt->host_ref, ref, memory_order_relaxed);
 }
 
+void rperf_thread_set_ractor_at_exit(rperf_thread_t *pt, uint32_t ractor_id)
+{
+    atomic_store_explicit(&pt->ractor_id, ractor_id, memory_order_relaxed);
+}
+
 void rperf_thread_set_ractor(rperf_thread_t *pt, uint32_t ractor_id)
 {
     atomic_store_explicit(&pt->ractor_id, ractor_id, memory_order_relaxed);

@@ -172,7 +172,18 @@ static void thread_hook(rb_event_flag_t ev, const rb_internal_thread_event_data_
     } else if (ev & RUBY_INTERNAL_THREAD_EVENT_EXITED) {
         /* the token stays on the Thread: it says "met in this run"
          * (window.c); the state it names is freed once drained */
-        if (pt) rperf_ev_exited(pt);
+        if (pt) {
+            /* Every thread that exits during a run took its GVL in it
+             * (RESUMED: a main-Ractor thread is numbered there) or ran a
+             * job (which numbers its Ractor). Still 0 here: a thread of
+             * another Ractor whose job requests were all taken by other
+             * threads' runs (the job bitset is one per VM) and whose
+             * Ractor nobody numbered; it gets a number of its own, so no
+             * thread ends a run with Ractor id 0 (ractor.c). */
+            if (rperf_thread_ractor(pt) == 0)
+                rperf_thread_set_ractor_at_exit(pt, rperf_rb_ractor_number_unseen());
+            rperf_ev_exited(pt);
+        }
         here.suspended = 0;
         here.own_th = 0;             /* the native thread may serve another */
     }

@@ -14,6 +14,13 @@
  * the main Ractor); every other Ractor gets the next number (2, 3, ...) at
  * its first sample, in the order Ractors are first sampled. They are unique
  * for the process's life and are not the numbers of Ractor#inspect.
+ * A thread of another Ractor can end before any job ran in its Ractor:
+ * jobs share one VM-wide bitset, and the run that flushes a thread's
+ * request may be another thread's (docs/backends.md, "Numbered at the
+ * first turn"; re-signals make this rare, not impossible). Its EXITED
+ * (no GVL, so no Ractor-local storage) then gives the thread the next
+ * number itself (rperf_rb_ractor_number_unseen): unique, though a Ractor
+ * with several such threads would show one number per thread.
  *
  * Thread names: read with prctl(PR_GET_NAME) on the thread's own native
  * thread, which Ruby sets with pthread_setname_np for threads that own a
@@ -111,6 +118,13 @@ uint32_t rperf_rb_ractor_prepare(void)
     atomic_fetch_add_explicit(&unhooked, 1, memory_order_relaxed);
     rb_ractor_local_storage_ptr_set(rec_key, rec);
     return rec->id;
+}
+
+/* Any context (async-signal-safe): the next number, for a thread of a
+ * Ractor that ends without a record (see above). */
+uint32_t rperf_rb_ractor_number_unseen(void)
+{
+    return atomic_fetch_add_explicit(&next_id, 1, memory_order_relaxed);
 }
 
 /* Any thread: a Ractor other than the main one has been numbered in this

@@ -99,6 +99,7 @@ int rperf_rb_ractors_unhooked(void);
 void rperf_rb_ractor_init(void);
 uint32_t rperf_rb_ractor_prepare(void);
 uint32_t rperf_rb_ractor_peek(void);   /* RESUMED-safe: the id, 0 = other, unnumbered */
+uint32_t rperf_rb_ractor_number_unseen(void);   /* any context: a fresh number */
 bool rperf_rb_ractors_seen(void);      /* another Ractor was numbered in this process */
 bool rperf_rb_ractor_alloc_hook_missing(void);   /* RESUMED-safe */
 void rperf_rb_ractor_alloc_hook_added(void);
