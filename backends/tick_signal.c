@@ -256,43 +256,7 @@ int rperf_tick_signal_send(pid_t tid)
     return (int)syscall(SYS_tgkill, (pid_t)getpid(), tid, signo);
 }
 
-/* Open /proc/self/task/<tid>/stat (-1 on failure). */
-static int task_stat_open(pid_t tid)
-{
-    char path[64];
-    snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
-    return open(path, O_RDONLY | O_CLOEXEC);
-}
-
-/* The state letter in a stat line (0: unknown), and whether the task's
- * name (comm) is `name` (when not NULL). */
-static char stat_state(char *buf, ssize_t n, const char *name, bool *named)
-{
-    if (n <= 0) return 0;
-    buf[n] = '\0';
-    const char *paren = strrchr(buf, ')');   /* "tid (comm) S ...": comm may hold spaces */
-    if (name) {
-        const char *open_paren = strchr(buf, '(');
-        size_t len = strlen(name);
-        *named = open_paren && paren && (size_t)(paren - open_paren - 1) == len &&
-                 memcmp(open_paren + 1, name, len) == 0;
-    }
-    return paren && paren[1] == ' ' ? paren[2] : 0;
-}
-
-/* Task `tid`'s state letter from /proc/self/task/<tid>/stat (0: unknown),
- * and whether its name (comm) is `name` (when not NULL). */
-static char task_stat(pid_t tid, const char *name, bool *named)
-{
-    char buf[256];
-    int fd = task_stat_open(tid);
-    if (fd < 0) return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    return stat_state(buf, n, name, named);
-}
-
-char rperf_task_state(pid_t tid) { return task_stat(tid, NULL, NULL); }
+char rperf_task_state(pid_t tid) { return rperf_proc_state(0, (long)tid, NULL, NULL); }
 
 /* Is task `tid` runnable (state R)? A thread that holds a GVL and runs Ruby
  * code is; a sleeping one (Ruby's timer thread in epoll_wait, idle M:N
@@ -304,7 +268,7 @@ char rperf_task_state(pid_t tid) { return task_stat(tid, NULL, NULL); }
 static bool task_runnable(long tid)
 {
     bool worker = false;
-    return task_stat((pid_t)tid, RPERF_WORKER_THREAD_NAME, &worker) == 'R' && !worker;
+    return rperf_proc_state(0, tid, RPERF_WORKER_THREAD_NAME, &worker) == 'R' && !worker;
 }
 
 /* Does task `tid` block the tick signal (SigBlk in /proc/self/task/<tid>/

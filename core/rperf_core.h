@@ -499,6 +499,18 @@ int rperf_result_each_alloc(rperf_alloc_cb cb, void *ctx);
 size_t rperf_result_alloc_values(int64_t *out, size_t cap);
 int rperf_result_each_alloc_since(const int64_t *base, size_t nbase, rperf_alloc_cb cb, void *ctx);
 
+/* ---- the kernel's view of a task (core/proc_stat.c; any thread, no GVL,
+ * no allocation, not in a signal handler) ----------------------------------- */
+
+/* The state letter (R, S, D, Z, ...; 0 if unknown) of process `pid`
+ * (/proc/<pid>/stat) or, when tid > 0, of this process's task `tid`
+ * (/proc/self/task/<tid>/stat); when name is not NULL, *named tells whether
+ * its comm is exactly `name`. No descriptor is kept. */
+char rperf_proc_state(long pid, long tid, const char *name, bool *named);
+/* The same from a stat line already read (line[len] is overwritten with
+ * the terminating NUL: line needs len + 1 bytes). */
+char rperf_stat_line_state(char *line, size_t len, const char *name, bool *named);
+
 #ifdef __cplusplus
 }
 #endif

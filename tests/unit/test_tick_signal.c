@@ -21,6 +21,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -188,10 +189,47 @@ RPERF_TEST(reading_a_task_state_holds_no_descriptor)
     pthread_barrier_destroy(&finish);
 }
 
+/* A task's name may hold spaces and parentheses (Ruby names threads
+ * "file.rb:LINE", a program may call itself anything): the state is the
+ * letter after the last ')', and the name is all between the first '('
+ * and that one. */
+RPERF_TEST(a_stat_line_is_read_past_any_name)
+{
+    char line[128];
+    bool named = false;
+    strcpy(line, "42 (a) S (b)) R 1 2 3");
+    RPERF_CHECK_EQ(rperf_stat_line_state(line, strlen(line), "a) S (b)", &named), 'R');
+    RPERF_CHECK(named);
+    strcpy(line, "42 (rperf-worker) S 1");
+    RPERF_CHECK_EQ(rperf_stat_line_state(line, strlen(line), "rperf", &named), 'S');
+    RPERF_CHECK(!named);                       /* a prefix is not the name */
+    strcpy(line, "42 (cut");
+    RPERF_CHECK_EQ(rperf_stat_line_state(line, strlen(line), NULL, NULL), 0);
+}
+
+/* A child that exited and was not reaped yet is a zombie ('Z'): the
+ * merge of a run's parts takes such a process for ended. Reaped, it has
+ * no state at all. */
+RPERF_TEST(an_unreaped_child_reads_as_a_zombie)
+{
+    pid_t pid = fork();
+    if (pid == 0) _exit(0);
+    RPERF_CHECK(pid > 0);
+    /* waitid with WNOWAIT returns once the child is a zombie, and leaves
+     * it one */
+    siginfo_t info;
+    RPERF_CHECK_EQ(waitid(P_PID, (id_t)pid, &info, WEXITED | WNOWAIT), 0);
+    RPERF_CHECK_EQ(rperf_proc_state((long)pid, 0, NULL, NULL), 'Z');
+    RPERF_CHECK_EQ(waitpid(pid, NULL, 0), pid);
+    RPERF_CHECK_EQ(rperf_proc_state((long)pid, 0, NULL, NULL), 0);
+}
+
 int main(void)
 {
     rperf_engine_init(&host);
     return RPERF_RUN(RPERF_CASE(a_timer_tick_leaves_one_cpu_reading_for_its_own_run),
                      RPERF_CASE(a_fork_child_never_waits_for_the_parents_resending_handlers),
-                     RPERF_CASE(reading_a_task_state_holds_no_descriptor));
+                     RPERF_CASE(reading_a_task_state_holds_no_descriptor),
+                     RPERF_CASE(a_stat_line_is_read_past_any_name),
+                     RPERF_CASE(an_unreaped_child_reads_as_a_zombie));
 }
