@@ -87,21 +87,26 @@ module RperfClusterBench
   BOOT_WAIT = 60
   STOP_WAIT = 90
 
+  # The app's CPU-bound and IO-bound endpoints (bench/soak_cluster.rb
+  # serves them too).
+  CPU_AND_IO = <<~RUBY
+    def self.cpu
+      x = 0
+      i = 0
+      while i < 60_000
+        x += i * i % 7
+        i += 1
+      end
+      x
+    end
+
+    def self.io = sleep(0.002)
+  RUBY
+
   APP = <<~RUBY
     # The benchmarked app: three endpoints, each in a method of its own.
     module BenchApp
-      def self.cpu
-        x = 0
-        i = 0
-        while i < 60_000
-          x += i * i % 7
-          i += 1
-        end
-        x
-      end
-
-      def self.io = sleep(0.002)
-
+      #{CPU_AND_IO}
       def self.alloc
         keep = []
         1000.times { |i| keep << ["x" * 32, { i => i.to_s }] }
@@ -265,20 +270,7 @@ module RperfClusterBench
       require "rperf"
       require_relative "app"
 
-      # Puma 8.0.2 on Ruby 3.3 can hang a worker at its stop (its TERM
-      # trap's blocking write to the notify pipe races IO#close of it;
-      # seen without any profiler) and then SIGKILLs it, losing its
-      # profile: the write is made non-blocking here, as in
-      # tests/ruby/test_puma_cluster.rb.
-      require "puma/server"
-      Puma::Server.prepend(Module.new do
-        def notify_safely(message)
-          @notify.write_nonblock(message)
-        rescue IOError, NoMethodError, SystemCallError
-          nil
-        end
-      end)
-
+      #{RperfServers::PUMA_NOTIFY_NONBLOCKING}
       workers 2
       threads 8, 8
       bind "tcp://127.0.0.1:#{port}"

@@ -28,7 +28,15 @@
 # Rperf.snapshot of the same run taken right before; then encoding and
 # gzipping its pprof).
 #
+# Then scrapes that overlap: BURST requests of seconds=BURST_SECONDS sent
+# at once by the scraper (as several scrapers of one process do), ROUNDS
+# times with the process's main thread sleeping (every other thread
+# blocked) and ROUNDS times with THREADS threads that never block (the
+# workload above); printed, how long after its N seconds each request was
+# answered (median and max over all of them) and its status.
+#
 # Run: script/ruby bench/scrape.rb [--seconds=10] [--rounds=3] [--threads=2] [--stacks=1000]
+#                                  [--burst=4] [--burst-seconds=2] [--only=burst]
 
 require "rperf"
 require "rperf/serve"
@@ -38,13 +46,19 @@ require "json"
 require "etc"
 
 module ScrapeBench
-  OPTS = { seconds: 10.0, rounds: 3, threads: 2, stacks: 1000 }
+  OPTS = { seconds: 10.0, rounds: 3, threads: 2, stacks: 1000, burst: 4, burst_seconds: 2, only: nil }
+  USAGE = "usage: bench/scrape.rb [--seconds=S] [--rounds=N] [--threads=N] [--stacks=N] [--burst=N] " \
+          "[--burst-seconds=N] [--only=burst]"
   ARGV.each do |arg|
-    key, value = arg.delete_prefix("--").split("=", 2)
-    unless OPTS.key?(key&.to_sym) && value
-      abort "usage: bench/scrape.rb [--seconds=S] [--rounds=N] [--threads=N] [--stacks=N]"
-    end
-    OPTS[key.to_sym] = key == "seconds" ? Float(value) : Integer(value)
+    key, value = arg.delete_prefix("--").tr("-", "_").split("=", 2)
+    abort USAGE unless OPTS.key?(key&.to_sym) && value
+    OPTS[key.to_sym] = case key
+                       when "seconds" then Float(value)
+                       when "only" then value == "burst" ? :burst : abort("--only takes burst, got #{value.inspect}")
+                       else Integer(value)
+                       end
+  rescue ArgumentError
+    abort "#{arg}: not a number; #{USAGE}"
   end
 
   SCRAPER = <<~'RUBY'
@@ -55,11 +69,25 @@ module ScrapeBench
     $stdout.sync = true
     on = false
     log = []
+    # "burst K N": K requests of seconds=N at once; one line back: each
+    # one's status and seconds from its request to its answer
+    burst = lambda do |k, n|
+      k.times.map do
+        Thread.new do
+          t = mono.()
+          res = Net::HTTP.start("127.0.0.1", port, open_timeout: 30, read_timeout: 60) do |h|
+            h.get("/debug/pprof/profile?seconds=#{n}")
+          end
+          { code: res.code, took: mono.() - t }
+        end
+      end.map(&:value)
+    end
     reader = Thread.new do
       while (line = $stdin.gets)
         case line.chomp
         when "on" then on = true
         when "off" then on = false
+        when /\Aburst (\d+) (\d+)\z/ then puts "burst #{JSON.generate(burst.($1.to_i, $2.to_i))}"
         end
       end
       on = nil
@@ -153,7 +181,7 @@ module ScrapeBench
     stacks = []
     costs = []
     phase(1.0, OPTS[:threads]) # warm-up
-    OPTS[:rounds].times do |r|
+    (OPTS[:only] == :burst ? 0 : OPTS[:rounds]).times do |r|
       results[:off] << phase(OPTS[:seconds], OPTS[:threads])
       Rperf.start(mode: :cpu, frequency: 1000)
       results[:on] << phase(OPTS[:seconds], OPTS[:threads])
@@ -168,11 +196,46 @@ module ScrapeBench
       warn format("round %d: units/s off %.0f  on %.0f  scraped %.0f;  per CPU s off %.0f  on %.0f  scraped %.0f",
                   r + 1, *results.values.map { |v| v.last[0] }, *results.values.map { |v| v.last[1] })
     end
+    bursts = [0, OPTS[:threads]].to_h { |busy| [busy, Array.new(OPTS[:rounds]) { burst(scraper, busy) }.flatten] }
     scraper.close_write
     log = JSON.parse(scraper.read, symbolize_names: true)
     scraper.close
     server.stop
-    report(results, shares, stacks, log, costs)
+    report(results, shares, stacks, log, costs) unless OPTS[:only] == :burst
+    report_bursts(bursts)
+  end
+
+  # One burst of overlapping scrapes, with `busy` threads that never block
+  # (0: the main thread sleeps, nothing else runs): [{code:, took:}, ...].
+  def burst(scraper, busy)
+    Rperf.start(mode: :cpu, frequency: 1000)
+    running = true
+    workers = Array.new(busy) do |t|
+      Thread.new do
+        n = t
+        n += 1 while running && unit(n)
+      end
+    end
+    scraper.puts("burst #{OPTS[:burst]} #{OPTS[:burst_seconds]}")
+    line = scraper.gets.to_s
+    running = false
+    workers.each(&:join)
+    Rperf.stop
+    abort "bench/scrape.rb: the scraper said #{line.inspect}" unless line.start_with?("burst ")
+    JSON.parse(line.delete_prefix("burst "), symbolize_names: true)
+  end
+
+  def report_bursts(bursts)
+    n = OPTS[:burst_seconds]
+    puts format("rperf %s, %s, %d CPUs", Rperf::VERSION, RUBY_DESCRIPTION, Etc.nprocessors) if OPTS[:only]
+    puts format("%d scrapes of seconds=%d sent at once, %d rounds; answered after their %d s:", OPTS[:burst], n,
+                OPTS[:rounds], n)
+    bursts.each do |busy, answers|
+      late = answers.map { |a| (a[:took] - n) * 1000 }
+      codes = answers.map { |a| a[:code] }.tally.map { |c, k| "#{k}x #{c}" }.join(", ")
+      who = busy.zero? ? "main thread sleeping, no other thread" : "#{busy} threads that never block"
+      puts format("  %-40s %4.0f ms (median) / %4.0f ms (max)  (%s)", "#{who}:", median(late), late.max, codes)
+    end
   end
 
   def thread_cpu = Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID)

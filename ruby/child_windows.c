@@ -31,19 +31,31 @@
  * disk before the final part. A failure to write is reported once on
  * stderr; that file's samples are lost, the run goes on.
  *
- * Contexts: poll runs on the worker thread (no Ruby API: atomics and
- * rb_postponed_job_trigger, which is thread-safe); the job runs at a
- * safepoint of whatever thread flushes the VM's job bitset, with its
- * Ractor's GVL held, and does its work only in the main Ractor;
+ * The root's side (ruby/lib/rperf/children.rb): it folds the files into
+ * one aggregate per process and deletes them whenever it reads them (a
+ * snapshot, a window's close, the stop). A root that nobody reads folds
+ * with a thread of its own: while it has none, its worker's wake-ups count
+ * the part files in the directory (fold_poll, at most once a window
+ * interval), and once there are FOLD_AT a postponed job makes the thread
+ * (Rperf.__fold_children), which looks from then on. The job only makes a
+ * Thread (rb_thread_create: no method call on the thread it runs on).
+ *
+ * Contexts: poll runs on the worker thread (no Ruby API: atomics,
+ * opendir/readdir and rb_postponed_job_trigger, which is thread-safe); the
+ * jobs run at a safepoint of whatever thread flushes the VM's job bitset,
+ * with its Ractor's GVL held, and do their work only in the main Ractor;
  * write_main on the writer thread (no Ruby API); the module functions and
  * off() with the GVL held.
  */
 #include "rperf_ruby.h"
 
+#include <dirent.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -71,8 +83,103 @@ static int64_t mono_ns(void)
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
+/* ---- the root: a thread to fold its children's files when nobody reads
+ * them (ruby/lib/rperf/children.rb) */
+static rb_postponed_job_handle_t fold_handle = POSTPONED_JOB_HANDLE_INVALID;
+static char fold_path[PATH_MAX];      /* written only while not watching */
+static _Atomic int fold_watching;     /* the worker counts the files */
+static _Atomic int fold_asked;        /* the job was requested */
+static _Atomic int64_t fold_every_ns, fold_looked_ns;
+static _Atomic long fold_at;
+static _Atomic pid_t fold_pid;        /* a fork child watches nothing */
+
+/* Part files in `path` (Rperf::RunDir::PART: a name starting with a digit
+ * and ending in .pb.gz; a file being written is "<name>.tmp.<random>"),
+ * counted up to `enough`. */
+static long count_parts(const char *path, long enough)
+{
+    DIR *d = opendir(path);
+    if (!d) return 0;
+    long n = 0;
+    struct dirent *e;
+    while (n < enough && (e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        if (len > 6 && e->d_name[0] >= '0' && e->d_name[0] <= '9' &&
+            memcmp(e->d_name + len - 6, ".pb.gz", 6) == 0)
+            n++;
+    }
+    closedir(d);
+    return n;
+}
+
+static void fold_poll(void)
+{
+    if (!atomic_load_explicit(&fold_watching, memory_order_acquire) || atomic_load(&fold_pid) != getpid())
+        return;
+    int64_t now = mono_ns();
+    if (now - atomic_load(&fold_looked_ns) < atomic_load(&fold_every_ns)) return;
+    atomic_store(&fold_looked_ns, now);
+    long at = atomic_load(&fold_at);
+    if (atomic_load(&fold_asked) || count_parts(fold_path, at) < at) return;
+    if (!atomic_exchange(&fold_asked, 1)) rb_postponed_job_trigger(fold_handle);
+}
+
+static VALUE fold_thread_main(void *unused)
+{
+    (void)unused;
+    return rb_funcall(rperf_rb_mRperf, rb_intern("__fold_children"), 0);
+}
+
+static VALUE make_fold_thread(VALUE unused)
+{
+    (void)unused;
+    return rb_thread_create(fold_thread_main, NULL);
+}
+
+static void fold_job(void *unused)
+{
+    (void)unused;
+    if (rperf_rb_ractor_peek() != 1) {    /* another Ractor's flush: the next poll asks again */
+        atomic_store(&fold_asked, 0);
+        return;
+    }
+    if (!atomic_load(&fold_watching) || atomic_load(&fold_pid) != getpid()) return;
+    atomic_store(&fold_watching, 0);      /* the thread looks from now on */
+    int state = 0;
+    rb_protect(make_fold_thread, Qnil, &state);
+    if (state) {
+        rb_set_errinfo(Qnil);
+        fprintf(stderr, "rperf: process %ld could not start the thread that folds its children's profiles; "
+                        "they are folded when read\n", (long)getpid());
+    }
+}
+
+/* _c_children_watch(dir, seconds, fold_at): the root's run made `dir` for
+ * its forked children, which write windows every `seconds`; a thread
+ * folds them once `fold_at` part files are there. */
+static VALUE c_children_watch(VALUE self, VALUE dir, VALUE seconds, VALUE at)
+{
+    (void)self;
+    FilePathValue(dir);
+    double s = NUM2DBL(seconds);
+    long n = NUM2LONG(at);
+    if (!(s > 0) || n < 1) rb_raise(rb_eArgError, "the window interval and the file count must be positive");
+    if (RSTRING_LEN(dir) >= (long)sizeof fold_path) return Qnil;   /* nobody folds before reading */
+    atomic_store(&fold_watching, 0);
+    memcpy(fold_path, RSTRING_PTR(dir), (size_t)RSTRING_LEN(dir));
+    fold_path[RSTRING_LEN(dir)] = '\0';
+    atomic_store(&fold_every_ns, (int64_t)(s * 1e9));
+    atomic_store(&fold_looked_ns, mono_ns());
+    atomic_store(&fold_at, n);
+    atomic_store(&fold_asked, 0);
+    atomic_store(&fold_pid, getpid());
+    atomic_store_explicit(&fold_watching, 1, memory_order_release);
+    return Qnil;
+}
+
 void rperf_rb_child_windows_poll(void)
 {
+    fold_poll();
     if (!atomic_load_explicit(&on, memory_order_acquire)) return;
     int64_t now = mono_ns();
     if (now - atomic_load_explicit(&last_ns, memory_order_relaxed) <
@@ -238,6 +345,7 @@ static VALUE c_child_windows(VALUE self, VALUE path, VALUE seconds)
 
 void rperf_rb_child_windows_off(void)
 {
+    atomic_store(&fold_watching, 0);
     atomic_store(&on, 0);
     atomic_store(&pending, 0);
     base = Qnil;
@@ -257,6 +365,9 @@ void rperf_rb_child_windows_init(VALUE m)
     rb_obj_freeze(heap_opts);
     rb_gc_register_mark_object(heap_opts);
     job_handle = rb_postponed_job_preregister(0, window_job, NULL);
-    if (job_handle == POSTPONED_JOB_HANDLE_INVALID) rb_raise(rb_eLoadError, "rperf: no free postponed-job slot");
+    fold_handle = rb_postponed_job_preregister(0, fold_job, NULL);
+    if (job_handle == POSTPONED_JOB_HANDLE_INVALID || fold_handle == POSTPONED_JOB_HANDLE_INVALID)
+        rb_raise(rb_eLoadError, "rperf: no free postponed-job slot");
     rb_define_module_function(m, "_c_child_windows", c_child_windows, 2);
+    rb_define_module_function(m, "_c_children_watch", c_children_watch, 3);
 }

@@ -30,6 +30,8 @@ RUBY_FUNC_EXPORTED void Init_rperf(void)
     rperf_rb_signals_init(rperf_rb_mRperf);
     rperf_rb_exporters_init(rperf_rb_mRperf);
     rperf_rb_decode_init(rperf_rb_mRperf);
+    rperf_rb_stat_init(rperf_rb_mRperf);
+    rperf_rb_merge_init(rperf_rb_mRperf);
     rperf_rb_normalize_init(rperf_rb_mRperf);
     rperf_rb_request_label_init(rperf_rb_mRperf);
 }

@@ -243,6 +243,12 @@ int rperf_rb_export_detached_finish_memory(void *handle, unsigned char **out, si
 /* decode.c (the pprof reader: Rperf._decode_pprof) */
 void rperf_rb_decode_init(VALUE mRperf);
 
+/* stat.c (this process's counters, a part's counters file) */
+void rperf_rb_stat_init(VALUE mRperf);
+/* merge.c (a run's end that merges processes: the run directory, its
+ * parts merged, raw samples aggregated) */
+void rperf_rb_merge_init(VALUE mRperf);
+
 /* normalize.c (Rperf._c_normalize_path, for Rperf::Middleware) */
 void rperf_rb_normalize_init(VALUE mRperf);
 /* GVL held: src[0, n] with its ids folded into out (cap bytes); the

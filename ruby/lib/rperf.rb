@@ -53,6 +53,27 @@ module Rperf
 
   @run = nil
 
+  # A run's settings as start decided them, read back at its stop and by a
+  # fork child that starts it again (inherit:, the rperf command). Its
+  # readers and writers are this class's own: the stop at exit and exec and
+  # a fork child's restart run after the program's code, and read the run
+  # without calling a method the program may have redefined (a Hash of
+  # settings would need Hash#[]). c_args / child_c_args: _c_start's
+  # arguments for this run and for a fork child's part of it.
+  class Run
+    attr_accessor :output, :exporter, :c_exporter, :export_opts, :aggregate, :sample_type, :verbose, :stat,
+                  :inherit, :start_opts, :c_args, :child_c_args, :heap_beside, :started_at, :inherit_dir,
+                  :saved_env, :heap_output, :child_stats, :stat_base, :child_dir, :child_windows,
+                  :yields_to_start
+
+    # A setting by name, as the run record was read when it was a Hash.
+    def [](key)
+      public_send(key)
+    end
+  end
+  # The heap profile beside a time profile (a run with allocations: true).
+  HEAP_EXPORT_OPTS = { sample_type: :inuse_space }.freeze
+
   class << self
     # Registered timer backends, as Symbols (the first is the default).
     def backends
@@ -71,7 +92,7 @@ module Rperf
       # A fork child's inherited run gives way to the child's own start (a
       # fork child's profiler was stopped in rperf 0.6: `fork { Rperf.start
       # ... }` keeps working); its part so far goes to the run's directory.
-      stop if running? && @run && @run[:yields_to_start]
+      stop if running? && @run && @run.yields_to_start
       raise RuntimeError, "Rperf is already running" if running?
 
       validate_frequency(frequency)
@@ -115,30 +136,44 @@ module Rperf
       __check_output(output) if respond_to?(:__check_output, true)
 
       verbose ||= ENV["RPERF_VERBOSE"] == "1"
-      @run = { output: output, exporter: exporter_name, aggregate: aggregate ? true : false,
-               sample_type: sample_type,
-               verbose: verbose, stat: stat, inherit: inherit,
-               # what a forked child starts again with (inherit: :fork)
-               start_opts: { frequency: frequency, mode: mode, backend: backend_name.to_sym, signal: signal,
-                             aggregate: aggregate ? true : false, ring_size: ring_size,
-                             max_label_sets: max_label_sets, allow_signal: allow_signal, defer: defer,
-                             allocations: allocations, alloc_interval: alloc_interval },
-               started_at: Process.clock_gettime(Process::CLOCK_MONOTONIC) }
+      run = Run.new
+      run.output = output
+      run.exporter = exporter_name
+      # a C exporter writes the output at the stop from C
+      if exporter_name && !(@ruby_exporters || {}).key?(exporter_name) && respond_to?(:__export_opts, true)
+        run.c_exporter = exporter_name.to_s.freeze
+      end
+      run.export_opts = sample_type && { sample_type: sample_type }.freeze
+      run.aggregate = aggregate ? true : false
+      run.sample_type = sample_type
+      run.verbose = verbose
+      run.stat = stat
+      run.inherit = inherit
+      # spawned Ruby programs start with these (inherit: true)
+      run.start_opts = { frequency: frequency, mode: mode, backend: backend_name.to_sym, signal: signal,
+                         aggregate: run.aggregate, ring_size: ring_size, max_label_sets: max_label_sets,
+                         allow_signal: allow_signal, defer: defer, allocations: allocations,
+                         alloc_interval: alloc_interval }
+      # The last argument of _c_start: a run left going at exit is stopped
+      # there (in C) and, when it asked for output or reports, finished like
+      # Rperf.stop.
+      run.c_args = [frequency, MODES[mode], run.aggregate, backend_name.to_s, signo, ring_size,
+                    verbose || stat ? :messages : (output ? true : false), max_label_sets, defer,
+                    sampled_interval, mode != :alloc].freeze
+      # a fork child's part: its profile is its output (__relaunch)
+      run.child_c_args = [*run.c_args[0, 6], verbose ? :messages : true, *run.c_args[7..]].freeze
+      run.heap_beside = allocations && mode != :alloc ? true : false
+      run.started_at = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      @run = run
       if verbose && !verified_ruby?
         warn "[rperf] Ruby #{RUBY_VERSION} is not a series rperf is verified on " \
              "(#{VERIFIED_RUBIES.join(', ')}): the holder backend sends every tick by signal"
       end
-      # The last argument: a run left going at exit is stopped there (in C)
-      # and, when it asked for output or reports, finished like Rperf.stop.
       begin
-        _c_start(frequency, MODES[mode], aggregate ? true : false, backend_name.to_s, signo, ring_size,
-                 verbose || stat ? :messages : (output ? true : false), max_label_sets, defer, sampled_interval,
-                 mode != :alloc)
+        _c_start(*run.c_args)
         # a C exporter writes the output at exit and exec from C: no method
         # the application may have redefined on the way
-        if output && aggregate && !(@ruby_exporters || {}).key?(exporter_name)
-          _c_exit_output(output, exporter_name.to_s, false, sample_type)
-        end
+        _c_exit_output(output, run.c_exporter, false, sample_type) if output && run.aggregate && run.c_exporter
         __inherit_spawned if inherit == true
       rescue Exception # rubocop:disable Lint/RescueException
         # nothing started: no run left behind, no descriptor kept for it
@@ -169,33 +204,81 @@ module Rperf
     # loses it.
     # `output_written`: at exit and exec the output went through a C
     # exporter already (ruby/api.c), which also reported a gone directory.
+    #
+    # At exit and exec this runs after the program's code, which may have
+    # redefined any core method (Ruby's own tests redefine Hash#[],
+    # Integer#+, ...): up to the reports it calls only Run's and Rperf's
+    # own methods, C ones for the work (ruby/merge.c, ruby/stat.c,
+    # _c_export_engine), and tests truthiness (no !, ==, nil?).
+    # docs/reliability.md lists what is not covered.
     def __finish_stop(data, output_written = false)
-      run = @run || {}
+      run = @run
       @run = nil
-      ENV.update(run[:saved_env]) if run[:saved_env] # inherit: true's variables go
-      finish_result(data)
-      if run[:child_stats] && !File.directory?(File.dirname(run[:child_stats]))
-        warn "rperf: process #{Process.pid} ended after the run it was part of; its profile is left out" unless output_written
-        run = run.merge(output: nil, heap_output: nil, child_stats: nil)
+      return finish_result(data) unless run # a bare _c_start
+
+      ENV.update(run.saved_env) if run.saved_env # inherit: true's variables go
+      data = _c_aggregate_raw(data) unless run.aggregate
+      output = run.output
+      heap = run.heap_output
+      counters = run.child_stats
+      # a part of a run (the rperf command's, a root's forked children)
+      # whose run has ended: its directory is gone
+      if counters
+        unless _c_dir_of_p(counters)
+          _c_warn(_c_process_text("ended after the run it was part of; its profile is left out")) unless output_written
+          output = heap = counters = nil
+        end
       end
-      if run[:inherit_dir]
+      stats = run.stat ? {} : nil
+      if (dir = run.inherit_dir)
         # open Rperf::Window readers keep the children's parts new to them
-        Window.__children_going(run[:inherit_dir]) if defined?(Window)
+        Window.__children_going(dir) if defined?(Window)
         # the forked children's profiles join this one (the output written
         # from C at exit had this process's alone: written again)
-        data = __merge_children(data, run[:inherit_dir], remove: true)
-        output_written = false if data[:process_count] > 1
+        data = __merge_children(data, dir, remove: true, stats: stats)
+        output_written = false if _c_joined_p(data)
       end
-      if run[:output] && !output_written
-        write_output(data, run)
-        __export_at_stop(data, run[:heap_output], :pprof, :inuse_space) if run[:heap_output]
+      unless output_written
+        __write_at_stop(data, run, output, heap) if output
       end
-      write_child_stats(data, run) if run[:child_stats]
-      report_verbose(data) if run[:verbose]
-      report_stat(data, run) if run[:stat]
+      _c_write_part_counters(counters, data, run.stat_base) if counters
+      __reports(data, run, stats) if run.verbose || run.stat
       data
     end
     private :__finish_stop
+
+    # verbose: and stat: at the stop. Reports format in Ruby: one that
+    # fails (a core method it uses was redefined) is one line on stderr,
+    # after the output and the counters were written.
+    def __reports(data, run, stats)
+      report_verbose(data) if run.verbose
+      report_stat(data, run, stats) if run.stat
+    rescue StandardError => e
+      _c_report_error("rperf: the report at the stop failed", e)
+    end
+
+    # The output (and the heap profile beside it) at the stop: a C exporter
+    # writes from C; a Ruby exporter (Rperf.register_exporter) runs its
+    # Ruby code.
+    def __write_at_stop(data, run, output, heap)
+      if (name = run.c_exporter)
+        _c_flush_std
+        __c_export(name, output, data, run.export_opts)
+      else
+        write_output(data, run)
+      end
+      __c_export("pprof", heap, data, HEAP_EXPORT_OPTS) if heap
+    end
+
+    # A file written by the C exporter `name`; a failure is one line on
+    # stderr ("rperf: exporter NAME failed: ..."), no partial file.
+    def __c_export(name, path, data, opts)
+      _c_export_engine(name, path, data, opts)
+    rescue StandardError, ScriptError, NoMemoryError, SystemStackError => e
+      _c_report_error("rperf: exporter #{name} failed", e)
+    ensure
+      _c_output_release
+    end
 
     # ---- runs of the rperf command (RPERF_CHILD_DIR, docs/cli.md) ----------
     #
@@ -204,75 +287,118 @@ module Rperf
     # the run's private directory: the profile as pprof in <dir>/<pid>.pb.gz
     # (with allocations beside time, its heap profile beside it in
     # <dir>/<pid>.heap.pb.gz, RunDir), its counters (samples, GC, memory,
-    # context switches) in <dir>/<pid>.stat.json (<pid>.<n>.*: the n-th program the process
-    # exec'd into, whose predecessor's run ended at the exec). The command merges them into one output at exit
-    # (ruby/lib/rperf/cli.rb) and prints the stats block itself.
+    # context switches, thread names) in <dir>/<pid>.stat.json
+    # (ruby/stat.c; <pid>.<n>.*: the n-th program the process exec'd into,
+    # whose predecessor's run ended at the exec). The command merges them
+    # into one output at exit (ruby/lib/rperf/cli.rb) and prints the stats
+    # block itself.
 
-    # Start the command's run in this process (env auto-start, and again in
-    # a fork child). `opts`: Rperf.start's options from the environment. A
-    # process started after the command has exited (the directory is gone)
-    # is not profiled.
-    def __start_child_run(dir, opts, stat_base = nil, windows: ENV["RPERF_CHILD_WINDOWS"] == "1")
+    # Start the command's run in this process (env auto-start). `opts`:
+    # Rperf.start's options from the environment. A process started after
+    # the command has exited (the directory is gone) is not profiled.
+    def __start_child_run(dir, opts, windows: ENV["RPERF_CHILD_WINDOWS"] == "1")
       return unless File.directory?(dir)
 
-      __load_merge_libraries # its stop may run in a signal handler: no require then
-      @child_run = [dir, opts, windows]
       # A program this process exec'd into profiles as the same pid: the
       # profile its predecessor wrote at the exec keeps its name.
-      base = File.join(dir, Process.pid.to_s)
-      n = 0
-      base = File.join(dir, "#{Process.pid}.#{n += 1}") while File.exist?("#{base}.pb.gz")
+      base, execd = _c_child_base(dir)
+      return unless base
+
       # the process's context switches go on across exec: only its own count
-      stat_base ||= stat_counters.slice(*STAT_SINCE_EXEC).compact if n.positive?
+      stat_base = execd ? _c_stat_counters(:exec) : nil
       start(**opts.merge(output: "#{base}.pb.gz", exporter: :pprof, stat: false))
-      # a run with allocations beside time: its heap profile goes beside
-      # the time profile (<base>.heap.pb.gz, RunDir)
-      heap = "#{base}#{RunDir::HEAP_SUFFIX}" if opts[:allocations] && opts[:mode] != :alloc
-      @run[:heap_output] = heap
-      _c_exit_output("#{base}.pb.gz", "pprof", true, nil, heap) if @run[:aggregate]
-      # a child of Rperf.start(inherit:) writes its windows as it goes, so
-      # that the root's snapshots hold it while it runs (child_windows.c)
-      _c_child_windows(base, CHILD_WINDOW_SECONDS) if windows && @run[:aggregate]
-      @run[:child_stats] = "#{base}.stat.json"
-      @run[:stat_base] = stat_base
+      __child_part(@run, dir, base, windows, stat_base)
       nil
     end
 
-    # [dir, opts] of the run a fork child starts again (ForkHook, in the
-    # parent just before fork): the rperf command's run, or a run started
-    # with inherit: :fork (its directory is made at the first fork).
-    def __child_run_going
-      return nil unless @run && running?
-      return @child_run if @run[:child_stats]
-      return nil unless @run[:inherit] == :fork || @run[:inherit] == true
-
-      @run[:inherit_dir] ||= __make_inherit_dir
-      [@run[:inherit_dir], @run[:start_opts], true]
+    # The run `run` just started is this process's part of the run in
+    # `dir`: its profile goes to <base>.pb.gz from C at exit and exec (its
+    # heap profile beside it), its windows as it goes (a child of
+    # Rperf.start(inherit:): the root's snapshots hold it while it runs,
+    # child_windows.c), its counters to <base>.stat.json, counted from
+    # `stat_base` (nil: from the process's start).
+    def __child_part(run, dir, base, windows, stat_base)
+      run.child_dir = dir
+      run.child_windows = windows
+      run.heap_output = "#{base}#{RunDir::HEAP_SUFFIX}" if run.heap_beside
+      _c_exit_output(run.output, "pprof", true, nil, run.heap_output) if run.aggregate
+      _c_child_windows(base, CHILD_WINDOW_SECONDS) if windows && run.aggregate
+      run.child_stats = "#{base}.stat.json"
+      run.stat_base = stat_base
     end
 
-    # In a fork child (ForkHook): the inherited run was dropped; start the
-    # command's run again for this process. GC and allocation counts are
-    # the parent's at this point: the child reports what it adds to them.
-    def __restart_child_run(child_run)
-      dir, opts, windows = child_run
-      @run = nil # the parent's: this process's profiler is stopped
-      __start_child_run(dir, opts, stat_counters.slice(*STAT_SINCE_FORK), windows: windows)
-      return @run[:yields_to_start] = true if @run
+    # [dir, run, windows] of the run a fork child starts again (ForkHook, in
+    # the parent just before fork): the rperf command's run, or a run
+    # started with inherit: :fork (its directory is made at the first
+    # fork). A fork may come after the program redefined core methods:
+    # this, and the child's restart, call Run's, Rperf's and C methods.
+    def __child_run_going
+      run = @run
+      return nil unless run && running?
+      return [run.child_dir, run, run.child_windows] if run.child_stats
+      return nil unless run.inherit
 
-      __left_out_at_exit
+      run.inherit_dir ||= __make_inherit_dir
+      [run.inherit_dir, run, true]
+    end
+
+    # ForkHook, after the fork, in the parent and in the child.
+    def __forked(pid, child_run)
+      return unless _c_fork_child_p(pid)
+
+      _c_after_fork_child
+      __restart_child_run(child_run) if child_run
+    end
+
+    # In a fork child: the inherited run was dropped; start its run again
+    # for this process. GC and allocation counts are the parent's at this
+    # point: the child reports what it adds to them.
+    def __restart_child_run(child_run)
+      dir, template, windows = child_run
+      @run = nil # the parent's: this process's profiler is stopped
+      _c_left_out_at_exit unless __relaunch(dir, template, windows)
     rescue StandardError => e
       # the root stopped (and removed the directory) while this child got going
-      return __left_out_at_exit unless File.directory?(dir)
+      return _c_left_out_at_exit unless _c_dir_p(dir)
 
-      warn "rperf: process #{Process.pid} could not be profiled: #{e.message}"
+      _c_report_error(_c_process_text("could not be profiled"), e)
     end
 
-    # A forked child whose run ended before it could start again: said at
-    # its end, as for a child that outlives the run (__finish_stop).
-    def __left_out_at_exit
-      pid = Process.pid
-      at_exit { warn "rperf: process #{pid} ended after the run it was part of; its profile is left out" if Process.pid == pid }
-      nil
+    # The run of `template` (the parent's) started again in a fork child,
+    # as its part of the run in `dir`; nil when the directory is gone.
+    def __relaunch(dir, template, windows)
+      base, = _c_child_base(dir)
+      return nil unless base
+
+      stat_base = _c_stat_counters(:fork)
+      run = Run.new
+      run.output = "#{base}.pb.gz"
+      run.exporter = :pprof
+      run.c_exporter = "pprof"
+      run.aggregate = template.aggregate
+      run.verbose = template.verbose
+      run.stat = false
+      run.inherit = :fork
+      run.start_opts = template.start_opts
+      run.c_args = template.child_c_args
+      run.child_c_args = template.child_c_args
+      run.heap_beside = template.heap_beside
+      run.started_at = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      run.yields_to_start = true # the child's own Rperf.start replaces it
+      if (reason = _c_output_check(run.output))
+        raise ArgumentError, "output: #{run.output} cannot be written: #{reason}"
+      end
+
+      @run = run
+      begin
+        _c_start(*run.c_args)
+      rescue Exception # rubocop:disable Lint/RescueException
+        @run = nil
+        _c_output_release
+        raise
+      end
+      __child_part(run, dir, base, windows, stat_base)
+      true
     end
 
     # The stats block's lines (report_stat, and the rperf command with the
@@ -445,9 +571,9 @@ module Rperf
 
     def write_output(data, run)
       if respond_to?(:__export_at_stop, true)
-        __export_at_stop(data, run[:output], run[:exporter], run[:sample_type])
+        __export_at_stop(data, run.output, run.exporter, run.sample_type)
       else
-        warn "rperf: output #{run[:output]} not written: no exporters are built"
+        warn "rperf: output #{run.output} not written: no exporters are built"
       end
     end
 
@@ -510,21 +636,11 @@ module Rperf
       format("%14s %-4s %s", value, unit, label)
     end
 
-    # Counters a fork child inherits from its parent (reported as deltas).
-    STAT_SINCE_FORK = %w[gc_time_ms gc_count minor_gc_count major_gc_count allocated freed].freeze
-    STAT_SINCE_EXEC = %w[voluntary involuntary].freeze
-
-    # This process's counters for the stats block; `data`'s sampling
-    # counters when given.
+    # This process's counters for the stats block (ruby/stat.c: GC,
+    # allocations, peak memory, context switches of all its threads);
+    # `data`'s sampling counters when given.
     def stat_counters(data = nil)
-      gc = GC.stat
-      c = { "gc_time_ms" => gc[:time].to_f, "gc_count" => gc[:count], "minor_gc_count" => gc[:minor_gc_count],
-            "major_gc_count" => gc[:major_gc_count], "allocated" => gc[:total_allocated_objects],
-            "freed" => gc[:total_freed_objects] }
-      status = File.exist?("/proc/self/status") ? File.read("/proc/self/status") : ""
-      c["maxrss_kb"] = status[/^VmHWM:\s+(\d+)/, 1]&.to_i
-      c["voluntary"] = status[/^voluntary_ctxt_switches:\s+(\d+)/, 1]&.to_i
-      c["involuntary"] = status[/^nonvoluntary_ctxt_switches:\s+(\d+)/, 1]&.to_i
+      c = _c_stat_counters
       if data
         c.merge!("threads" => data[:detected_thread_count], "samples" => data[:sampling_count],
                  "triggers" => data[:trigger_count], "sampling_time_ns" => data[:sampling_time_ns])
@@ -532,27 +648,24 @@ module Rperf
       c
     end
 
-    def report_stat(data, run)
-      real = Process.clock_gettime(Process::CLOCK_MONOTONIC) - run[:started_at]
+    # The stats block of Rperf.start(stat: true). With forked children
+    # merged in (`children`: their processes' counters, from
+    # __merge_children), every count is the processes' sum (peak memory:
+    # the largest), and user and sys include the children waited for.
+    def report_stat(data, run, children = nil)
+      real = Process.clock_gettime(Process::CLOCK_MONOTONIC) - run.started_at
       t = Process.times
-      c = stat_counters(data).merge("user_ms" => t.utime * 1000, "sys_ms" => t.stime * 1000, "real_ms" => real * 1000)
-      # children merged in: their threads too
-      c["threads"] = data[:threads].size if data[:process_count].to_i > 1 && data[:threads]
+      joined = data[:process_count].to_i > 1
+      c = stat_counters(data).merge("user_ms" => (t.utime + (joined ? t.cutime : 0)) * 1000,
+                                    "sys_ms" => (t.stime + (joined ? t.cstime : 0)) * 1000,
+                                    "real_ms" => real * 1000)
+      children&.each do |k, v|
+        c[k] = if k == "maxrss_kb" then [c[k], v].compact.max
+               elsif c[k].is_a?(Numeric) && v.is_a?(Numeric) then c[k] + v
+               end
+      end
       warn(*__stat_lines(ENV["RPERF_STAT_COMMAND"] || "(unknown)", c, data,
                          report: ENV["RPERF_STAT_REPORT"] == "1"))
-    end
-
-    # The counters file of the command's run, written like the profile
-    # (temporary file, then rename: the command never reads half a file).
-    def write_child_stats(data, run)
-      __load_merge_libraries # JSON (loaded at the child's start: no require here)
-      c = stat_counters(data)
-      run[:stat_base]&.each { |k, v| c[k] -= v }
-      tmp = "#{run[:child_stats]}.#{Process.pid}.tmp"
-      File.write(tmp, ::JSON.generate(c))
-      File.rename(tmp, run[:child_stats])
-    rescue StandardError => e
-      warn "rperf: writing #{run[:child_stats]} failed: #{e.message}"
     end
   end
 
@@ -562,12 +675,15 @@ module Rperf
   # run's directory by its pid, and from there into the root's result).
   module ForkHook
     def _fork
-      child_run = Rperf.__child_run_going
-      pid = super
-      if pid.zero?
-        Rperf._c_after_fork_child
-        Rperf.__restart_child_run(child_run) if child_run
+      # the fork goes ahead whatever this meets (the child is not profiled)
+      child_run = begin
+        Rperf.__child_run_going
+      rescue StandardError => e
+        Rperf._c_report_error("rperf: a forked child is not profiled", e)
+        nil
       end
+      pid = super
+      Rperf.__forked(pid, child_run)
       pid
     end
   end

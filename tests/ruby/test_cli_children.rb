@@ -239,6 +239,43 @@ class TestCLIChildren < Test::Unit::TestCase
     assert_empty(alloc_seqs[ids["fork"]] & alloc_seqs[ids["parent"]], "#{alloc_seqs}")
   end
 
+  # Context switches are counted for every thread of every process (the
+  # kernel counts them per thread; each process sums its own, exited
+  # threads included). Each 0.5 ms sleep blocks its thread: one voluntary
+  # switch at least, so 4 threads x 200 sleeps make 800 or more, whether
+  # they run in the command or in a child it forks (the command then only
+  # waits: its own threads switch far fewer times). 1:1 threads: an M:N
+  # thread's sleep need not block a native thread.
+  def test_stat_counts_the_context_switches_of_every_thread_and_process
+    sleepers = "def sleepers = 4.times.map { Thread.new { 200.times { sleep 0.0005 } } }.each(&:join)\n"
+    { "threads" => "sleepers", "forked child" => "Process.wait(fork { sleepers })" }.each do |where, body|
+      File.write(File.join(@dir, "sleepers.rb"), sleepers + body)
+      _, err, st = rperf("stat", "-f", "100", "ruby", "sleepers.rb", env: { "RUBY_MN_THREADS" => nil })
+      assert_equal(0, st.exitstatus, err)
+      voluntary = err[/\[OS\] context switches \((\d+) voluntary/, 1]
+      assert_not_nil(voluntary, err)
+      assert_operator(voluntary.to_i, :>=, 800, "#{where}:\n#{err}")
+    end
+  end
+
+  # pprof carries no thread names: a forked child's named thread keeps its
+  # name in the merged profile through the child's counters file (1:1
+  # threads: only they have kernel names, docs/architecture.md).
+  def test_a_forked_child_s_thread_names_reach_the_merged_profile
+    File.write(File.join(@dir, "named.rb"), <<~RUBY)
+      def rperf_named_work = (#{BURN})
+      # (a thread's name is read at its first sample and again every 32 of
+      # its jobs: it works until its run knows the name)
+      named = -> { Rperf.snapshot[:threads].any? { |t| t[:name] == "rperf-cli-named" } }
+      pid = fork { Thread.new { Thread.current.name = "rperf-cli-named"; rperf_named_work until named.() }.join }
+      Process.wait(pid)
+    RUBY
+    _, err, st = rperf("record", "-m", "wall", "-o", "named.json", "ruby", "named.rb", env: { "RUBY_MN_THREADS" => nil })
+    assert_equal(0, st.exitstatus, err)
+    names = JSON.parse(File.read(File.join(@dir, "named.json")))["profiles"].map { |p| p["name"] }
+    assert(names.any? { |n| n.include?('"rperf-cli-named"') }, names.inspect)
+  end
+
   # Without the CLI, the env auto-start's fork children join the root's
   # profile (inherit: :fork, the default) with a pid label on their samples
   # only; with RPERF_INHERIT=false a fork child's profiler is stopped and

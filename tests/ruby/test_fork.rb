@@ -258,6 +258,66 @@ class TestFork < Test::Unit::TestCase
     end
   end
 
+  # Every count of a merged result is the sum over its processes: a root
+  # and two forked children, each child's counts taken from its own stop
+  # (which writes its part), the root's from what its stop merged the
+  # children into. A child's named thread keeps its name in the merged
+  # result (1:1 threads: only they have kernel names, docs/architecture.md).
+  def test_a_merged_result_adds_up_every_count_and_keeps_thread_names
+    run = run_child(FORK_PRELUDE + <<~'RUBY', env: { "RUBY_MN_THREADS" => nil })
+      COUNTS = %i[sampling_count trigger_count sampling_time_ns detected_thread_count dropped_samples
+                  timer_overruns label_sets_overflowed].freeze
+      counts = ->(d) { COUNTS.to_h { |k| [k, d[k]] }.merge(d[:allocations].slice(:sampled, :dropped, :live)) }
+      own = nil
+      Rperf.singleton_class.prepend(Module.new do
+        define_method(:__merge_children) { |data, *args, **kw| own = counts.(data); super(data, *args, **kw) }
+      end)
+      Rperf.start(frequency: 1000, mode: :wall, allocations: true, alloc_interval: 16)
+      rperf_parent_before_fork(0.02)
+      kids = 2.times.map do |i|
+        rd, wr = IO.pipe
+        pid = fork do
+          rd.close
+          # a thread's name is read at its first sample and again every
+          # 32 of its jobs: it works until its run knows the name
+          Thread.new do
+            Thread.current.name = "rperf-named-#{i}"
+            rperf_child_work(0.01) until Rperf.snapshot[:threads].any? { |t| t[:name] == "rperf-named-#{i}" }
+          end.join
+          r = Rperf.stop
+          named = r[:threads].find { |t| t[:name] == "rperf-named-#{i}" }
+          wr.write(JSON.dump(counts.(r).merge(named: named && named[:thread_seq])))
+          wr.close
+        end
+        wr.close
+        [pid, rd]
+      end
+      reports = kids.to_h { |pid, rd| [pid, JSON.parse(rd.read)].tap { rd.close; Process.wait(pid) } }
+      res = Rperf.stop
+      sets = res[:label_sets]
+      seqs = Hash.new { |h, k| h[k] = [] }
+      res[:aggregated_samples].each { |_f, _w, seq, set| seqs[sets[set][:pid]] |= [seq] }
+      named = reports.keys.each_with_index.to_h do |pid, i|
+        t = res[:threads].find { |th| th[:name] == "rperf-named-#{i}" }
+        [pid, t && seqs[pid].include?(t[:thread_seq])]
+      end
+      child_report("own" => own, "kids" => reports, "merged" => counts.(res), "processes" => res[:process_count],
+                   "named" => named)
+    RUBY
+    assert_child_ok(run)
+    rep = run.report
+    assert_equal(3, rep["processes"], run.describe)
+    rep["kids"].each_value { |k| assert_not_nil(k.delete("named"), "the child saw its named thread\n#{run.describe}") }
+    rep["merged"].each do |key, value|
+      want = rep["own"][key] + rep["kids"].values.sum { |k| k[key] }
+      assert_equal(want, value, "#{key}: the root's #{rep['own'][key]} and the children's " \
+                                "#{rep['kids'].values.map { |k| k[key] }}\n#{run.describe}")
+    end
+    assert_operator(rep["merged"]["sampling_count"], :>, rep["own"]["sampling_count"], run.describe)
+    assert_equal(rep["kids"].keys.to_h { |pid| [pid, true] }, rep["named"],
+                 "each child's named thread, under its name, on the child's samples\n#{run.describe}")
+  end
+
   # A child that outlives the root's stop has nowhere to write: one line on
   # stderr at its end, no file left behind, no effect on its exit status.
   def test_a_child_outliving_the_root_stop

@@ -337,6 +337,119 @@ class TestHostBehaviour < Test::Unit::TestCase
     end
   end
 
+  # Core methods redefined as Ruby's own optimisation tests do (their
+  # assert_redefine_method makes a method return its first argument), and
+  # redefined to raise: every path that runs at exit, exec and fork under
+  # the environment auto-start, the rperf command and inherit must call
+  # none of them (docs/reliability.md).
+  REDEFINITIONS = {
+    "raising" => <<~'RUBY',
+      class Hash; def [](*) = raise(TypeError, "no implicit conversion of Symbol into Hash"); def fetch(*) = raise(KeyError, "redefined Hash#fetch"); end
+      class Array; def each(*) = raise(TypeError, "redefined Array#each"); def map(*) = raise(TypeError, "redefined Array#map"); end
+      class Integer; def +(*) = raise(TypeError, "redefined Integer#+"); end
+      class String; def +(*) = raise(TypeError, "redefined String#+"); def %(*) = raise(TypeError, "redefined String#%"); end
+      module Kernel; def format(*) = raise(TypeError, "redefined Kernel#format"); end
+      def Kernel.format(*) = raise(TypeError, "redefined Kernel.format")
+      def File.write(*) = raise(TypeError, "redefined File.write")
+    RUBY
+    "garbage" => <<~'RUBY',
+      class Hash; def [](key) = key; def fetch(key, *) = key; end
+      class Array; def each(*) = nil; def map(*) = [:garbage]; end
+      class Integer; def +(other) = other; end
+      class String; def +(other) = other; def %(*) = "garbage"; end
+      module Kernel; def format(*) = "garbage"; end
+      def Kernel.format(*) = "garbage"
+      def File.write(*) = 0
+    RUBY
+  }.freeze
+
+  # Work that needs none of the methods redefined (Float arithmetic), so
+  # that it runs before and after the redefinitions alike.
+  REDEFINED_PRELUDE = <<~'RUBY'
+    def rperf_burn(s) = (t = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID); nil while Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID) - t < s)
+    def rperf_redefining_parent = rperf_burn(0.05)
+    def rperf_redefining_child = rperf_burn(0.05)
+    rperf_redefining_parent
+  RUBY
+
+  # The program `body` after the prelude and the redefinitions of `kind`,
+  # run with `env` in @dir -> [stdout, stderr, Process::Status].
+  def run_redefining(kind, body, env, argv: nil)
+    File.write(File.join(@dir, "prog.rb"), REDEFINED_PRELUDE + REDEFINITIONS.fetch(kind) + body)
+    tmp = File.join(@dir, "tmp")
+    FileUtils.mkdir_p(tmp)
+    clean = { "RUBYOPT" => nil, "RUBYLIB" => nil, "TMPDIR" => tmp }
+    # (the build the rperf command uses stays)
+    ENV.each_key { |k| clean[k] = nil if k.start_with?("RPERF_") && !%w[RPERF_BUILD_DIR RPERF_RUBY].include?(k) }
+    Open3.capture3(clean.merge(env), *(argv || [RbConfig.ruby, "prog.rb"]), chdir: @dir)
+  end
+
+  # pid label (nil: the root's samples) => function names in the profile
+  def functions_by_pid(path)
+    data = Rperf::Report.load(path).data
+    out = Hash.new { |h, k| h[k] = [] }
+    data[:aggregated_samples].each do |frames, _w, _seq, set|
+      out[(data[:label_sets][set] || {})[:pid]].concat(frames.map { |f| f[1] })
+    end
+    out
+  end
+
+  ENV_START = { "RPERF_ENABLED" => "1", "RUBYOPT" => "-rrperf", "RUBYLIB" => RPERF_BUILD_LIB,
+                "RPERF_FREQUENCY" => "10000", "RPERF_MODE" => "wall" }.freeze
+
+  # The environment auto-start: the profile is written at exit and at exec
+  # and reads back, and nothing is said on stderr.
+  def test_redefined_core_methods_at_exit_and_exec_under_the_environment_auto_start
+    REDEFINITIONS.each_key do |kind|
+      { "exit" => "", "exec" => "exec('/bin/sh', '-c', 'exit 0')\n" }.each do |how, ending|
+        out = File.join(@dir, "#{kind}-#{how}.pb.gz")
+        _, err, st = run_redefining(kind, ending, ENV_START.merge("RPERF_OUTPUT" => out))
+        assert(st.success?, "#{kind}/#{how}: #{st.inspect}\n#{err}")
+        assert_equal("", err, "#{kind}/#{how}")
+        assert_include(functions_by_pid(out)[nil], "Object#rperf_redefining_parent", "#{kind}/#{how}")
+      end
+    end
+  end
+
+  # A child forked after the redefinitions joins the root's profile
+  # (inherit: :fork, the env auto-start's default): the fork hook, the
+  # child's restart and exit, and the root's merge at exit.
+  def test_redefined_core_methods_with_a_forked_child_merged_at_exit
+    body = "pid = fork { rperf_redefining_child }\nProcess.wait(pid)\n$stdout.write(pid.to_s)\n"
+    REDEFINITIONS.each_key do |kind|
+      out = File.join(@dir, "#{kind}.pb.gz")
+      pid, err, st = run_redefining(kind, body, ENV_START.merge("RPERF_OUTPUT" => out))
+      assert(st.success?, "#{kind}: #{st.inspect}\n#{err}")
+      assert_equal("", err, kind)
+      by_pid = functions_by_pid(out)
+      assert_equal([nil, pid.to_i], by_pid.keys, "#{kind}: the root and its child")
+      assert_include(by_pid[pid.to_i], "Object#rperf_redefining_child", kind)
+      assert_include(by_pid[nil], "Object#rperf_redefining_parent", kind)
+      assert_empty(Dir.children(File.join(@dir, "tmp")), "#{kind}: the run's directory is removed")
+    end
+  end
+
+  # `rperf stat`: each process's part and counters are written at its
+  # exit whatever it redefined, and the command's block adds them up.
+  def test_redefined_core_methods_under_rperf_stat
+    exe = File.expand_path("../../exe/rperf", __dir__)
+    body = "pid = fork { rperf_redefining_child }\nProcess.wait(pid)\n"
+    REDEFINITIONS.each_key do |kind|
+      _, err, st = run_redefining(kind, body, {}, argv: [RbConfig.ruby, exe, "stat", "--report", "ruby", "prog.rb"])
+      assert(st.success?, "#{kind}: #{st.inspect}\n#{err}")
+      assert_not_match(/^rperf:/, err, kind)
+      assert_equal(1, err.scan("Performance stats for 'ruby prog.rb'").size, "#{kind}:\n#{err}")
+      assert_match(/^ +2     \[Rperf\] Ruby processes profiled$/, err, kind)
+      assert_match(/^ +2     \[Ruby\] detected threads$/, err, kind)
+      assert_match(/^ +\d+     \[OS\] context switches \(\d+ voluntary, \d+ involuntary\)$/, err, kind)
+      %w[rperf_redefining_parent rperf_redefining_child].each do |fn|
+        assert_match(/^ Cumulative:.*Object##{fn} /m, err, kind)
+      end
+      assert_operator(err[%r{^  (\d+) samples / \d+ triggers}, 1].to_i, :>=, 2, kind)
+      assert_empty(Dir.children(File.join(@dir, "tmp")), "#{kind}: the run's directory is removed")
+    end
+  end
+
   # Libraries the host loads after rperf still load: the extension's
   # thread-local block (all of it in glibc's static TLS area, shared with
   # every later dlopen, because some of it is initial-exec) stays small.

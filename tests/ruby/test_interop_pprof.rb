@@ -155,6 +155,56 @@ class TestInteropPprof < Test::Unit::TestCase
     rows.reject { |n, _| n.include?("\n") }
   end
 
+  # What one of go tool pprof's scaled time values ("5.34s", "5343.79ms",
+  # "750us", "0") is in nanoseconds, and the rounding of its last digit.
+  TIME_LABEL_NS = { "ns" => 1, "us" => 1e3, "µs" => 1e3, "μs" => 1e3, "ms" => 1e6, "s" => 1e9, "hrs" => 3.6e12 }.freeze
+
+  def label_ns(label)
+    return [0, 0] if label == "0"
+
+    m = label.match(/\A(\d+(?:\.(\d+))?)(#{TIME_LABEL_NS.keys.join('|')})\z/)
+    assert(m, "#{label.inspect}: a time scaled to its unit")
+    factor = TIME_LABEL_NS.fetch(m[3])
+    [m[1].to_f * factor, factor * 0.5 * 10**-(m[2]&.size || 0)]
+  end
+
+  # go tool pprof scales our time values to a unit (ms, s) as it does Go's
+  # own CPU profiles (sample type cpu/nanoseconds, period type
+  # cpu/nanoseconds): -top prints "5.34s", not 5343787825ns; every
+  # value, read back, is our total.
+  def test_top_scales_time_units
+    %i[cpu wall].each do |mode|
+      samples = [[[H::FOO, H::MAIN], 5_343_787_825, 1, 0], [[H::TIMES, H::MAIN], 20_000_000, 1, 0],
+                 [[H::CMETH, H::MAIN], 750_000, 2, 0]]
+      data = { mode: mode, frequency: 1000, start_time_ns: 1_700_000_000_000_000_000, duration_ns: 6_000_000_000,
+               aggregated_samples: samples }
+      path = save("units-#{mode}.pb.gz", data)
+      out, err, st = H.run_cmd(H.go, "tool", "pprof", "-symbolize=none", "-top", path)
+      assert(st.success?, "go tool pprof -top: #{err}")
+      assert_match(/^Type: #{mode}$/, out)
+      assert_match(/^Duration: 6s, Total samples = 5\.36s /, out, "the header in seconds")
+      assert_match(/^ +5\.34s +99\.61% +99\.61% +5\.34s +99\.61%  Foo#bar$/, out, "a value of seconds")
+      refute_match(/\d{4,}ns\b/, out, "no value left in nanoseconds")
+
+      out, err, st = H.run_cmd(H.go, "tool", "pprof", "-symbolize=none", "-top", "-nodefraction=0", path)
+      assert(st.success?, "go tool pprof -top -nodefraction=0: #{err}")
+      rows = out.each_line.filter_map do |l|
+        next unless l =~ /\A\s*(\S+)\s+[\d.]+%\s+[\d.]+%\s+(\S+)\s+[\d.]+%\s+(.*)$/
+
+        [Regexp.last_match(3), [Regexp.last_match(1), Regexp.last_match(2)]]
+      end.to_h
+      expected = { "Foo#bar" => [5_343_787_825, 5_343_787_825], "Integer#times" => [20_000_000, 20_000_000],
+                   "Kernel#sleep" => [750_000, 750_000], "Object#main" => [0, 5_364_537_825] }
+      assert_equal(expected.keys.sort, rows.keys.sort, out)
+      expected.each do |name, values|
+        values.zip(rows[name]).each do |ns, label|
+          got, rounding = label_ns(label)
+          assert_in_delta(ns, got, rounding, "#{mode}: #{name} #{label}")
+        end
+      end
+    end
+  end
+
   def test_heap_profiles_every_type
     [H.alloc_profile, H.alloc_profile(:cpu)].each do |data|
       H::ALLOC_TYPES.each do |t|

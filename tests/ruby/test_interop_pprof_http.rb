@@ -115,12 +115,19 @@ class TestInteropPprofHttp < Test::Unit::TestCase
     assert_match(/401 Unauthorized - rperf: unauthorized/, err)
     @server.stop
 
+    # no run: what to start
     @server = Rperf.serve(port: 0)
     _, err, status = go_pprof("-raw", "http://127.0.0.1:#{@server.port}/debug/pprof/heap")
     refute(status.success?)
-    assert_match(/404 Not Found - rperf: no memory profile/, err)
+    assert_match(/503 Service Unavailable - rperf: profiling is not running: start a run that samples allocations/,
+                 err)
     _, err, status = go_pprof("-raw", "http://127.0.0.1:#{@server.port}/debug/pprof/profile?seconds=1")
     refute(status.success?)
-    assert_match(/503 Service Unavailable - rperf: profiling is not available/, err)
+    assert_match(/503 Service Unavailable - rperf: profiling is not running: start it with Rperf\.start/, err)
+    # a run without allocations: no heap profile
+    Rperf.start(mode: :cpu)
+    _, err, status = go_pprof("-raw", "http://127.0.0.1:#{@server.port}/debug/pprof/heap")
+    refute(status.success?)
+    assert_match(/404 Not Found - rperf: no memory profile: the run does not sample allocations/, err)
   end
 end

@@ -152,12 +152,15 @@ class TestPprofHttp < Test::Unit::TestCase
       assert_match(%r{href="/debug/pprof/flamegraph\?seconds=30"}, body)
       assert_equal(body.bytesize.to_s, headers["content-length"])
     end
+    # no run: the heap routes say so, and how to start one that they serve
     %w[/heap /allocs].each do |path|
       status, headers, body = call(app, path, script: "/debug/pprof")
-      assert_equal(404, status, path)
+      assert_equal(503, status, path)
       assert_equal("text/plain; charset=utf-8", headers["content-type"])
       assert(one_line?(body), body)
-      assert_match(/no memory profile/, body)
+      assert_match(/\Arperf: profiling is not running: start a run that samples allocations with /, body)
+      assert_match(/Rperf\.start\(mode: :alloc\), or allocations: true/, body)
+      assert_no_match(/does not sample/, body)
     end
     status, _, body = call(app, "/goroutine", script: "/debug/pprof")
     assert_equal([404, true], [status, one_line?(body)], body)
@@ -179,8 +182,25 @@ class TestPprofHttp < Test::Unit::TestCase
     refute(Rperf.running?)
     status, _, body = call(app, "/debug/pprof/profile", query: "seconds=1")
     assert_equal([503, true], [status, one_line?(body)], body)
-    assert_match(/not running/, body)
+    assert_match(/\Arperf: profiling is not running: start it with Rperf\.start .*serve with start:/, body)
     refute(Rperf.running?, "a scrape while profiling is off starts nothing")
+  end
+
+  # A run with aggregate: false has no window nor snapshot to serve: every
+  # profile route says that the run goes without aggregating and to start
+  # it again with aggregate: true, not that profiling is off.
+  def test_a_run_without_aggregation
+    Rperf.start(mode: :cpu, aggregate: false, allocations: true)
+    app = Rperf::PprofApp.new(start: true)
+    [%w[/profile seconds=1], %w[/flamegraph seconds=1], %w[/heap seconds=1], ["/heap", ""],
+     ["/allocs", ""]].each do |path, query|
+      status, _, body = call(app, path, query: query, script: "/debug/pprof")
+      assert_equal([503, true], [status, one_line?(body)], "#{path}?#{query}: #{body}")
+      assert_match(/\Arperf: profiling runs, but with aggregate: false: .*restart it with aggregate: true/, body,
+                   "#{path}?#{query}")
+      assert_no_match(/not running|not available|start it with Rperf\.start|serve with start:/, body)
+    end
+    assert(Rperf.running?, "the run goes on")
   end
 
   def test_rack_app_token
@@ -309,6 +329,7 @@ class TestPprofHttp < Test::Unit::TestCase
     Rperf.stop
     status, _, body = call(app, "/debug/pprof/heap", query: "seconds=1")
     assert_equal(503, status, body)
+    assert_match(/\Arperf: profiling is not running: start a run that samples allocations/, body)
     kept.clear
   end
 
@@ -442,6 +463,73 @@ class TestPprofHttp < Test::Unit::TestCase
     end
   end
 
+  # Scrapes that arrive together are handled side by side, each on a
+  # handler thread of its own: two heap?seconds=3 windows (opened by the
+  # thread that reads the request) and a profile?seconds=3 window arrive
+  # at once and each gets its own complete answer over the same seconds:
+  # the 30,000 Strings and the work done while all three are open are in
+  # every one. The listener's Ruby threads find the three connections
+  # queued together: this thread keeps the GVL (priority 3: an 800 ms time
+  # slice, no call that releases it) until the accepting thread (C) has
+  # queued them, which the profile request, sent last, shows by having its
+  # window opened here. Afterwards the handler threads made for the
+  # overlap end once idle: the listener is back to its two threads.
+  def test_overlapping_scrapes_are_answered_side_by_side
+    Rperf.start(mode: :cpu, allocations: true, alloc_interval: 16)
+    server = serve
+    server.instance_variable_set(:@handler_idle, 0.1) # HANDLER_IDLE, shortened
+    serve_threads = -> { Thread.list.count { |t| t.name == "rperf-serve" && t.alive? } }
+    assert(poll { serve_threads.call == 2 }, "an idle listener: the accepting thread and one handler")
+    paths = %w[heap?seconds=3 heap?seconds=3 profile?seconds=3]
+    before = Rperf._c_window_marks_open
+    addr = Socket.sockaddr_in(server.port, server.host)
+    priority = Thread.current.priority
+    Thread.current.priority = 3
+    begin
+      socks = paths.map do |path|
+        sock = Socket.new(:INET, :STREAM)
+        @sockets << sock
+        sock.connect_nonblock(addr, exception: false)
+        req = "GET /debug/pprof/#{path} HTTP/1.1\r\nHost: localhost\r\n\r\n"
+        until_at = now + 0.5
+        # the connection completes in the kernel; nothing here gives up the GVL
+        until (r = sock.write_nonblock(req, exception: false)).is_a?(Integer) || now > until_at
+          sock.connect_nonblock(addr, exception: false) if r.nil?
+        end
+        sock
+      end
+      until_at = now + 0.5
+      until Rperf._c_window_marks_open > before || now > until_at
+      end
+    ensure
+      Thread.current.priority = priority
+    end
+    assert(poll { Rperf._c_window_marks_open >= before + 3 }, "the three windows are open at once")
+    kept = []
+    heap_route_strings(kept) # 30,000 Strings, made while every window is open
+    rperf_work_a(0.05)
+    answers = socks.zip(paths).map do |sock, path|
+      head, body = read_all(sock).split("\r\n\r\n", 2)
+      assert_match(%r{\AHTTP/1\.1 200 }, head.to_s, path)
+      [path, Rperf._decode_pprof(body.to_s, path)]
+    end
+    answers.each do |path, raw|
+      mine = raw[:samples].select { |frames, *| frames.any? { |f| f[1] == "Object#heap_route_strings" } }
+      if path.start_with?("heap")
+        ao = raw[:sample_types].map(&:first).index("alloc_objects")
+        assert_in_delta(30_000, mine.sum { |_, v, _| v[ao] }, 3_000, "#{path}: the Strings made in the window")
+      else
+        work = raw[:samples].select { |frames, *| frames.any? { |f| f[1] == "Object#rperf_work_a" } }
+        assert_not_empty(work, "#{path}: the work done in the window")
+      end
+    end
+    spans = answers.map { |_, raw| [raw[:time_nanos], raw[:time_nanos] + raw[:duration_nanos]] }
+    assert_operator(spans.map(&:first).max, :<, spans.map(&:last).min,
+                    "the windows overlap: #{spans.map { |a, b| [a - spans[0][0], b - spans[0][0]] }} ns")
+    assert(poll { serve_threads.call == 2 }, "the handlers made for the overlap end once idle")
+    kept.clear
+  end
+
   # A profile's answer does not wait for its request's thread: another
   # thread holds the GVL past the window's end in a C call that never
   # checks interrupts (as a busy application can keep the request's thread
@@ -551,7 +639,8 @@ class TestPprofHttp < Test::Unit::TestCase
     res = get(server, "/debug/pprof/profile?seconds=x")
     assert_equal(["400", true], [res.code, one_line?(res.body)], res.body)
     res = get(server, "/debug/pprof/heap")
-    assert_equal("404", res.code)
+    assert_equal(["503", true], [res.code, one_line?(res.body)], res.body)
+    assert_match(/profiling is not running: start a run that samples allocations/, res.body)
     # malformed or oversized requests: one line, then closed
     ["GARBAGE\r\n\r\n", "GET /debug/pprof/ HTTP/2.0\r\n\r\n", "GET /debug/pprof/ HTTP/1.1\r\nno colon\r\n\r\n",
      "GET /debug/pprof/ HTTP/1.1\r\n#{(1..70).map { |i| "x-h#{i}: v\r\n" }.join}\r\n"].each do |req|
@@ -780,7 +869,13 @@ class TestPprofHttp < Test::Unit::TestCase
       server = Rperf::Server.all.first
       res = Net::HTTP.get_response(URI(server.url + "profile?seconds=1"))
       report = { host: server.host, code: res.code, running_after: Rperf.running? }
-      Thread.new { Net::HTTP.get_response(URI(server.url + "profile?seconds=3600")) rescue nil }
+      # the second request's client is another process, as a scraper is (a
+      # client thread of this process ending while Ruby 3.4's M:N threads
+      # tear the VM down can crash Ruby itself), on 1:1 threads for the same
+      # reason
+      spawn({ "RUBY_MN_THREADS" => nil, "RPERF_SERVE" => nil, "RPERF_SERVE_START" => nil }, RbConfig.ruby,
+            "-rnet/http", "-e", "Net::HTTP.get_response(URI(ARGV[0])) rescue nil",
+            server.url + "profile?seconds=3600", out: File::NULL, err: File::NULL)
       sleep 0.05 until Rperf.running?  # the on-demand run of the second request
       child_report(report)
       exit 7

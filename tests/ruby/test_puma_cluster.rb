@@ -71,23 +71,7 @@ class TestPumaCluster < Test::Unit::TestCase
       require "rperf"
       require_relative "app"
 
-      # Puma (8.0.2 and before) on Ruby 3.3 can hang a worker at its stop
-      # without any profiler: the TERM trap's blocking write to the
-      # server's notify pipe races the server thread's IO#close of that
-      # pipe, the close waits for ever, and the master SIGKILLs the worker
-      # after worker_shutdown_timeout (a SIGKILLed worker writes no
-      # profile). Measured here: 9 of 40 TERMed workers hung unprofiled; 0
-      # of 40, profiled or not, with the write made non-blocking (no wait
-      # for the closer to track), as below.
-      require "puma/server"
-      Puma::Server.prepend(Module.new do
-        def notify_safely(message)
-          @notify.write_nonblock(message)
-        rescue IOError, NoMethodError, SystemCallError
-          nil # the server is already shutting down
-        end
-      end)
-
+      #{RperfServers::PUMA_NOTIFY_NONBLOCKING}
       workers 2
       threads 8, 8
       bind "unix://#{dir}/puma.sock"

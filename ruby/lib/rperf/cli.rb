@@ -625,7 +625,11 @@ module Rperf
       # pprof does not carry the backend: the one the processes were given
       data[:backend] ||= (s.backend || (s.signal.to_s == "false" ? "nanosleep" : library.backends.first)).to_sym
       stats = sum_stats(parts.map(&:last))
-      data[:sampling_count] = stats["samples"]
+      # every count of the merged result: the processes' sum
+      RESULT_COUNTS.each { |key, stat| data[key] = stats[stat] }
+      if data[:allocations]
+        %w[sampled dropped live].each { |k| data[:allocations][k.to_sym] = stats["alloc_#{k}"] }
+      end
       write_output(s, data)
       return if s.subcommand == "record"
 
@@ -651,7 +655,9 @@ module Rperf
           nil
         end
         prof = report.combine(time, heap) or next
-        [part.pid, prof, read_stats(File.join(dir, "#{part.name}.stat.json"))]
+        stats = read_stats(File.join(dir, "#{part.name}.stat.json"))
+        name_threads(prof.data[:threads], stats)
+        [part.pid, prof, stats]
       rescue report::Error => e
         @err.puts "rperf: process #{part.pid}: #{e.message}; left out"
         nil
@@ -666,8 +672,23 @@ module Rperf
       nil
     end
 
+    # The thread names a process's counters file holds (pprof carries
+    # none): onto the threads of its profile.
+    def name_threads(threads, stats)
+      table = stats && stats["thread_table"]
+      return unless table.is_a?(Array)
+
+      names = table.filter_map { |seq, _ractor, name| [seq, name] if name.is_a?(String) }.to_h
+      threads.each { |t| t[:name] ||= names[t[:thread_seq]] }
+    end
+
     STAT_KEYS = %w[gc_time_ms gc_count minor_gc_count major_gc_count allocated freed threads samples
-                   triggers sampling_time_ns voluntary involuntary].freeze
+                   triggers sampling_time_ns dropped overruns label_sets_overflowed voluntary involuntary
+                   alloc_sampled alloc_dropped alloc_live].freeze
+    # The merged result's counts and the counters they sum.
+    RESULT_COUNTS = { sampling_count: "samples", trigger_count: "triggers", sampling_time_ns: "sampling_time_ns",
+                      detected_thread_count: "threads", dropped_samples: "dropped", timer_overruns: "overruns",
+                      label_sets_overflowed: "label_sets_overflowed" }.freeze
 
     # The processes' counters summed (peak memory: the largest); a counter
     # some process could not read (context switches, peak memory) is left

@@ -46,6 +46,10 @@ module Rperf
     # The flame graph page's own policy (exporters/html.c), sent as a header
     # too: the page can fetch nothing.
     HTML_CSP = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:"
+    # A run with aggregate: false keeps raw samples: no window, no snapshot.
+    RAW_RUN = "profiling runs, but with aggregate: false: it keeps raw samples and has no profile to serve; " \
+              "restart it with aggregate: true (the default: drop aggregate: false, RPERF_AGGREGATE=0 " \
+              "or --no-aggregate)"
 
     attr_reader :max_seconds, :max_profiles
 
@@ -220,8 +224,34 @@ module Rperf
     rescue ArgumentError # a heap window of a run that samples no allocations
       no_memory_profile(@start ? " (serve with start: { allocations: true })" : "")
     rescue RuntimeError => e
-      hint = @start ? "" : " (start it with Rperf.start, or serve with start:)"
-      text(503, "rperf: profiling is not available: #{one_line(e.message, 200)}#{hint}")
+      unavailable(e, heap)
+    end
+
+    # A 503 for a RuntimeError `e` of a window or a snapshot: nothing runs
+    # (and this request started nothing), or the run keeps raw samples
+    # (aggregate: false), which gives no window nor snapshot; said with
+    # what to do. `memory`: the request wanted allocations.
+    def unavailable(e, memory)
+      run = Rperf.__current_run
+      return not_running(memory) if run.nil?
+      return text(503, "rperf: #{RAW_RUN}") unless run.aggregate
+
+      text(503, "rperf: profiling is not available: #{one_line(e.message, 200)}")
+    end
+
+    # Nothing runs: a 503 that says how to start a run this route serves.
+    def not_running(memory)
+      unless memory
+        hint = @start ? "" : ", or serve with start: to let profile requests start a run"
+        return text(503, "rperf: profiling is not running: start it with Rperf.start (or RPERF_ENABLED=1)#{hint}")
+      end
+
+      hint = if @start&.fetch(:allocations, false) then "; with ?seconds=N a request starts one"
+             elsif @start then "; with ?seconds=N a request starts one if served with start: { allocations: true }"
+             else ", or serve with start: { allocations: true } and ask with ?seconds=N"
+             end
+      text(503, "rperf: profiling is not running: start a run that samples allocations with " \
+                "Rperf.start(mode: :alloc), or allocations: true beside mode: :cpu or :wall#{hint}")
     end
 
     # Wait `seconds`. The listener passes "rperf.wait", which also returns
@@ -309,12 +339,13 @@ module Rperf
       return bad("query string longer than #{MAX_QUERY_BYTES} bytes") if query.bytesize > MAX_QUERY_BYTES
       return profile(env, type) if query.split("&").any? { |pair| unescape(pair.split("=", 2).first.to_s) == "seconds" }
 
-      data = Rperf.running? ? Rperf.snapshot : nil
-      return no_memory_profile unless data && data[:allocations]
+      data = Rperf.snapshot
+      return not_running(true) unless data
+      return no_memory_profile unless data[:allocations]
 
       memory_response(data, type)
-    rescue RuntimeError => e # aggregate: false, or the run stopped meanwhile
-      text(404, "rperf: no memory profile: #{one_line(e.message, 200)}")
+    rescue RuntimeError => e # aggregate: false
+      unavailable(e, true)
     end
 
     def no_memory_profile(hint = "")

@@ -22,18 +22,22 @@
 # which needs no GVL and has a profile request's window opened the moment
 # the request arrives (a postponed job on whichever thread holds the
 # GVL). The Ruby threads, all named "rperf-serve": one takes what the C
-# thread accepted and hands each connection to the handler threads, kept
-# between connections (at most max_connections at once; more are answered
-# 503 at once), each read and write under a deadline and woken by stop, so
-# that no client, slow or silent, ever holds an application thread or the
-# listener. A pprof window's end and answer are left to C too
-# (send_window): a scrape of N seconds answers N seconds after its request
-# arrived, however long the busy threads keep these threads from the GVL
-# (as long as they get it once within the N seconds). Without the C thread
-# (it could not be made) the Ruby thread accepts, handles the connection
-# itself and a new thread takes over accepting. A fork child closes its
-# inherited copies of the sockets (ServeForkHook): the root's listener
-# stays the only one on the port. Every listener is stopped at exit.
+# thread accepted and hands each connection to the handler threads, one
+# per connection in progress (at most max_connections connections at once;
+# more are answered 503 at once): one handler waits from the start, more
+# are made when connections overlap and end after HANDLER_IDLE seconds
+# without one. Each read and write is under a deadline and woken by stop,
+# so that no client, slow or silent, ever holds an application thread, the
+# listener or another client's request. A pprof window's end and answer
+# are left to C too (send_window): a scrape of N seconds answers N
+# seconds after its request arrived, however long the busy threads keep
+# these threads from the GVL (as long as the accepting thread and the
+# request's handler each get it once within the N seconds). Without the
+# C thread (it could not be made) the Ruby thread accepts, handles the
+# connection itself and a new thread takes over accepting. A fork child
+# closes its inherited copies of the sockets (ServeForkHook): the root's
+# listener stays the only one on the port. Every listener is stopped at
+# exit.
 
 require "rperf" unless defined?(Rperf::VERSION)
 require "socket"
@@ -50,6 +54,7 @@ module Rperf
     MAX_HEADERS = 64
     MAX_DISCARD_BYTES = 65_536  # what a client may send while its profile is taken
     STOP_WAIT = 5               # seconds stop waits for its threads
+    HANDLER_IDLE = 60           # seconds a handler thread beyond the first waits for a connection
     SEND_GRACE = 0.02           # seconds a window's end is left to the send's job
     QUIET_ACCEPT_ERRORS = [Errno::EMFILE, Errno::ENFILE, Errno::ENOBUFS, Errno::ENOMEM, Errno::ECONNABORTED,
                            Errno::EPROTO].freeze
@@ -162,7 +167,9 @@ module Rperf
       @lock = Mutex.new
       @conns = {} # handler Thread => its socket
       @work = Thread::Queue.new # [socket, mark] for the handler threads
-      @workers = []
+      @workers = [] # the handler threads; the first one stays
+      @handling = 0 # connections given to the handler threads and not done
+      @handler_idle = HANDLER_IDLE
       @stopped = false
       @server = TCPServer.new(host, port)
       @host = host
@@ -172,7 +179,7 @@ module Rperf
       @wake_r, @wake_w = IO.pipe
       start_acceptor
       # one handler waiting from the start: the first scrape makes no thread
-      @workers << named_thread { work_loop } if @acceptor
+      @workers << named_thread { work_loop(true) } if @acceptor
       @accept_thread = named_thread { accept_loop }
       self.class.__register(self)
     end
@@ -347,28 +354,48 @@ module Rperf
       Rperf._c_acceptor_take(@acceptor).map { |fd, mark| [Socket.for_fd(fd), mark] }
     end
 
-    # A connection for the handler threads, which are kept between
-    # connections: a new thread's first turn waits a time slice of every
-    # busy thread, and until it has had it Ruby delivers postponed jobs
-    # triggered from other threads (the send's) to that new thread. At
-    # most max_connections at once; more are answered 503.
+    # A connection for the handler threads: each connection in progress has
+    # a thread of its own, so overlapping scrapes are answered side by side
+    # (a thread waiting in Queue#pop that `<<` woke still counts as
+    # waiting: only the connections given out and not done tell how many
+    # threads are needed). Threads are kept between connections: a new
+    # thread's first turn waits a time slice of every busy thread, and
+    # until it has had it Ruby delivers postponed jobs triggered from other
+    # threads (the send's) to that new thread. At most max_connections at
+    # once; more are answered 503.
     def dispatch(sock, mark)
       grow = @lock.synchronize do
-        next :full if @stopped || @conns.size + @work.size >= @max_connections
+        next :full if @stopped || @handling >= @max_connections
 
         @work << [sock, mark]
-        @work.num_waiting.zero? && @workers.size < @max_connections
+        @handling += 1
+        @handling > @workers.size
       end
       return reject(sock, mark) if grow == :full
 
-      @lock.synchronize { @workers << named_thread { work_loop } } if grow
+      @lock.synchronize { @workers << named_thread { work_loop(false) } } if grow
     rescue ThreadError # no thread: the ones there take it in turn
       nil
     end
 
-    def work_loop
-      while (item = @work.pop)
-        handle(*item)
+    # A handler thread. The first one waits for connections as long as the
+    # listener runs; one made when connections overlapped ends once it has
+    # waited @handler_idle seconds for one, unless every other thread is
+    # needed (an idle listener keeps one handler).
+    def work_loop(first)
+      while (item = first ? @work.pop : @work.pop(timeout: @handler_idle)) || !(@work.closed? || leave_idle)
+        handle(*item, dispatched: true) if item
+      end
+    end
+
+    # True when this idle handler thread is not needed: the others are
+    # enough for the connections given out (one arrived meanwhile has one).
+    def leave_idle
+      @lock.synchronize do
+        next false if @workers.size - 1 < @handling
+
+        @workers.delete(Thread.current)
+        true
       end
     end
 
@@ -409,7 +436,7 @@ module Rperf
     # mark: the window the C accepting thread opened when the request
     # arrived (a profile request), adopted by PprofApp ("rperf.premark");
     # discarded at the end if nobody did.
-    def handle(sock, mark = nil)
+    def handle(sock, mark = nil, dispatched: false)
       # the listener's own work (encoding a window) is visible in the profile
       # under a label of its own: `-tagignore rperf=serve` leaves it out
       Rperf.label(rperf: "serve") if Rperf.running?
@@ -438,7 +465,10 @@ module Rperf
       rescue IOError, SystemCallError
         nil
       end
-      @lock.synchronize { @conns.delete(Thread.current) }
+      @lock.synchronize do
+        @conns.delete(Thread.current)
+        @handling -= 1 if dispatched
+      end
     end
 
     def call_app(env)

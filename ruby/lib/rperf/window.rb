@@ -16,9 +16,10 @@
 # what it saw, however large the run's profile. A clearing snapshot (or a
 # stop) taken meanwhile hands each open baseline the part it ends, in C,
 # and the window adds the parts at its close. Running children's profiles
-# (inherit:) come as files: a window holds the parts they wrote while it
-# was open (those present at its open are left out; those a clear or the
-# stop consumes are read by each open window first, __children_going).
+# (inherit:) come as files: a window holds the files they wrote while it
+# was open, handed to it by the fold that reads them (Rperf::Children:
+# every file once, to every window open then; those written before its
+# open are left out).
 #
 # Children's samples carry their `pid` label and thread numbers after
 # this process's, as in a merged snapshot.
@@ -27,10 +28,12 @@
 # close may be called from any of its threads, and concurrently.
 
 require "rperf"
+require "rperf/children"
 
 module Rperf
   class Window
-    LOCK = Mutex.new
+    # The open windows, changed and read under Children::LOCK (a fold
+    # hands them the children's files).
     @open = []
 
     class << self
@@ -53,51 +56,50 @@ module Rperf
       # A window of a mark opened already (Rperf._c_window_mark, or the
       # listener's accepting thread when a request arrived).
       def __adopt(mark, allocations = false)
-        w = new(mark, Rperf.__children_dir, allocations, Rperf._c_window_age(mark))
-        LOCK.synchronize do
+        Children.synchronize do
+          w = new(mark, Rperf.__children_dir, allocations, Rperf._c_window_age(mark))
           @open << w
           Rperf._c_window_readers(true)
+          w
         end
-        w
       end
 
-      # From Rperf.__finish_snapshot (a clearing snapshot) and
-      # Rperf.__finish_stop, before the children's files in `dir` go: every
-      # open window reads the parts new to it.
+      # From Rperf.__finish_stop, before the children's files in `dir` go:
+      # every open window takes the parts new to it (a fold).
       def __children_going(dir)
-        windows = LOCK.synchronize { @open.dup }
-        windows.each { |w| w.__read_children(dir) }
+        Children.fold(dir) unless @open.empty?
       end
 
       def __forget(window)
-        LOCK.synchronize do
-          @open.delete(window)
-          Rperf._c_window_readers(false) if @open.empty?
-        end
+        Children.synchronize { __forget_locked(window) }
       end
+
+      # Children::LOCK held.
+      def __forget_locked(window)
+        @open.delete(window)
+        Rperf._c_window_readers(false) if @open.empty?
+      end
+
+      # The open windows (Children::LOCK held).
+      def __open_locked = @open
     end
 
     # age: seconds since the mark opened; the children's parts written
     # since then are the window's too.
+    # Under Children::LOCK (Window.__adopt).
     def initialize(mark, dir, allocations, age = 0)
-      @lock = Mutex.new
       @mark = mark
       @allocations = allocations
       @dir = dir
-      @seen = dir ? seen_before(dir, age) : {}
-      @children = [] # [[pid, Rperf::Report::Profile]]
+      # {file name => true} of the children's files left out or taken;
+      # [Children::Piece] taken
+      @seen, @children = dir ? Children.seen_before(dir, age) : [{}, []]
     end
 
     # The result Hash of the span from open to now (or to the run's stop,
     # if it stopped meanwhile). The window is closed afterwards.
     def close
-      parts = Rperf._c_window_close(@mark)
-      # the run's first fork may have made the directory since the open
-      dir = @dir || Rperf.__children_dir
-      __read_children(dir) if dir
-      @lock.synchronize { build(parts, @children) }
-    ensure
-      Window.__forget(self)
+      finish(Rperf._c_window_close(@mark))
     end
 
     # Of `seconds` from the window's start, what is left now.
@@ -116,43 +118,37 @@ module Rperf
     # The window's end when the send's job closed its mark: the result of
     # the parts it handed back (nil: none wanted). The window is closed.
     def __close_sent(parts)
-      return nil unless parts
-
-      dir = Rperf.__children_dir
-      __read_children(dir) if dir
-      @lock.synchronize { build(parts, @children) }
-    ensure
-      Window.__forget(self)
+      unless parts
+        Window.__forget(self)
+        return nil
+      end
+      finish(parts)
     end
 
-    def __read_children(dir)
-      @lock.synchronize do
-        names = child_names(dir).reject { |n| @seen[n] }
-        next if names.empty?
+    # A child's part a fold hands out (Children::LOCK held): the window's
+    # unless its first file was written before the open, and once.
+    def __offer(piece)
+      return if @seen[piece.names[0]]
 
-        names.each { |n| @seen[n] = true }
-        @children.concat(Rperf.send(:__child_profiles, dir, [], names))
-      end
+      piece.names.each { |n| @seen[n] = true }
+      @children << piece
     end
 
     private
 
-    def child_names(dir)
-      Rperf.__child_part_names(dir)
+    # The window's end: the children's files written up to now are taken
+    # (a fold) and the window leaves the list, then its result is built.
+    def finish(parts)
+      # the run's first fork may have made the directory since the open
+      Children.close_window(self, @dir || Rperf.__children_dir)
+      build(parts, child_parts)
+    ensure
+      Window.__forget(self)
     end
 
-    # The children's parts in `dir` written before the window opened (age
-    # seconds ago), as a set.
-    def seen_before(dir, age)
-      names = child_names(dir)
-      return names.to_h { |n| [n, true] } if age <= 0
-
-      opened = Time.now - age
-      names.each_with_object({}) do |n, seen|
-        seen[n] = true if File.mtime(File.join(dir, n)) < opened
-      rescue SystemCallError
-        seen[n] = true # gone: a clear took it
-      end
+    # [[pid, Part]] of the children's parts taken.
+    def child_parts
+      @children.map { |piece| [piece.pid, Part.new(piece.data)] }
     end
 
     COUNTS = %i[trigger_count sampling_count sampling_time_ns dropped_samples timer_overruns].freeze
