@@ -7,8 +7,9 @@
 # exponential gaps, gives (2-15 % per method here). A median, not a mean:
 # on a machine so busy that the timer thread misses ticks for milliseconds
 # (two busy loops on two CPUs), a call with no tick at all goes to the
-# next sampled one, a few methods off by several percent. The full table,
-# every family, comes from bench/accuracy.sh.
+# next sampled one, a few methods off by several percent; the bounds widen
+# by the periods the backend reports it missed (timer_overruns). The full
+# table, every family, comes from bench/accuracy.sh.
 require_relative "helper"
 
 # Twelve methods, each a C call of its own length (String#count over its own
@@ -53,9 +54,16 @@ class TestAccuracy < Test::Unit::TestCase
         [m, (got - truth).abs.to_f / truth]
       end
       median = errors.values.sort[errors.size / 2]
-      ctx = "#{backend}/#{mode}: errors #{errors.transform_values { |e| e.round(4) }}\n#{rperf_describe(result)}"
-      assert_operator(median, :<, 0.01, "median relative error of the C calls #{ctx}")
-      assert_operator(errors.values.max, :<, 0.5, "no method off by half its time #{ctx}")
+      # Periods the backend's tick missed whole (its thread off the CPU on
+      # a busy machine; the result counts them): a call no tick reached
+      # goes to the next sampled one, so each bound widens by the missed
+      # time, over all methods' time (median) or the least method's (max).
+      missed = (result[:timer_overruns] || 0) * 1_000_000
+      ctx = "#{backend}/#{mode}: missed #{missed} ns, errors #{errors.transform_values { |e| e.round(4) }}\n" \
+            "#{rperf_describe(result)}"
+      assert_operator(median, :<, 0.01 + missed.to_f / spent.values.sum, "median relative error of the C calls #{ctx}")
+      assert_operator(errors.values.max, :<, 0.5 + missed.to_f / spent.values.min,
+                      "no method off by half its time #{ctx}")
     end
   end
 end

@@ -72,6 +72,26 @@ static inline rperf_thread_t *start_at(int frequency, int clock)
 static inline rperf_thread_t *start_wall_at(int frequency) { return start_at(frequency, RPERF_CLOCK_WALL); }
 static inline rperf_thread_t *start_wall(void) { return start_wall_at(1000); }
 
+#ifdef RPERF_STEP_CLOCK
+/* The engine's clocks (core_internal.h), moved by let_ns_pass: the
+ * monotonic and realtime clocks are one process-wide count, the thread CPU
+ * clocks one count per thread. Time passes on the calling thread's CPU,
+ * exactly as long as asked, however busy the machine is; and, as on a
+ * real machine, a nanosecond per reading, so two readings are never
+ * equal (the engine orders events by them). */
+static _Atomic int64_t step_wall_ns = 1000000000;
+static _Thread_local int64_t step_cpu_ns = 1000;
+int64_t rperf__step_clock_ns(clockid_t id)
+{
+    if (id == CLOCK_THREAD_CPUTIME_ID) return step_cpu_ns++;
+    return atomic_fetch_add_explicit(&step_wall_ns, 1, memory_order_relaxed);
+}
+static inline void let_ns_pass(int64_t ns)
+{
+    atomic_fetch_add_explicit(&step_wall_ns, ns, memory_order_relaxed);
+    step_cpu_ns += ns;
+}
+#else
 /* Let the monotonic clock move by at least ns (busy work, no sleeping). */
 static inline void let_ns_pass(int64_t ns)
 {
@@ -79,6 +99,7 @@ static inline void let_ns_pass(int64_t ns)
     while (rperf__mono_ns() - t0 < ns) {
     }
 }
+#endif
 static inline void let_time_pass(void) { let_ns_pass(20000); }
 
 #endif

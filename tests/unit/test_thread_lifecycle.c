@@ -18,7 +18,10 @@
  * sums exact; READY on the suspending native thread splits blocked from
  * wait time.
  * Context: a plain C program (no Ruby); the test thread plays every Ruby
- * thread's "own" context in turn, the engine's worker runs for real.
+ * thread's "own" context in turn, the engine's worker runs for real. The
+ * engine here reads the test's step clock (rperf_core_step_clock): time
+ * passes only in let_ns_pass, exactly as much as asked, so a block meant
+ * to be short stays short on a busy machine.
  */
 #include "fake_engine.h"
 
