@@ -44,6 +44,7 @@ class TestEintr < Test::Unit::TestCase
     end
     data = Rperf.stop
     assert_operator(data[:sampling_count], :>, 0, "#{backend}/#{mode}: sampled")
+    @overruns = data[:timer_overruns] || 0
     row
   end
 
@@ -70,10 +71,14 @@ class TestEintr < Test::Unit::TestCase
           # :holder signals a holder only when it ran during the last
           # interval and is not in a blocking call now: a call can see EINTR
           # only when it starts within microseconds of that check (under
-          # :signal nearly every call of these kinds is interrupted).
+          # :signal nearly every call of these kinds is interrupted). On a
+          # busy machine the timer thread can be preempted between its
+          # check and its signal, which makes the check stale; such delays
+          # show as periods it missed (timer_overruns), each allowed one.
           eintr = row.sum { |_, (_, e, _)| e }
           calls = row.sum { |_, (c, _, _)| c }
-          assert_operator(eintr, :<=, calls / 20, "#{backend}/#{mode}/#{where}: #{eintr} of #{calls} calls interrupted")
+          assert_operator(eintr, :<=, calls / 20 + @overruns,
+                          "#{backend}/#{mode}/#{where}: #{eintr} of #{calls} calls interrupted (#{@overruns} periods missed)")
         end
       end
     end

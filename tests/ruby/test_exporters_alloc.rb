@@ -329,48 +329,28 @@ class TestExportersAlloc < Test::Unit::TestCase
   end
 
   # Rperf.stop writes output: from the engine's data, which holds frames'
-  # first lines; a result with :allocations is encoded from the Hash
-  # instead (a heap profile has the Hash's allocation stacks; a time view
+  # first lines; a run that samples allocations is written from its result
+  # instead (a heap profile has the result's allocation stacks; a time view
   # of it has no first lines, which only the engine knows).
-  module AddAllocations
-    class << self
-      attr_accessor :sample_type, :active
-    end
-
-    def __export_at_stop(data, path, name, sample_type = nil)
-      return super unless AddAllocations.active
-
-      frames = data[:aggregated_samples].map(&:first).max_by(&:size)
-      allocs = { interval: 7, sampled: 1, live: 1, samples: [[frames, "String", 7, 280, 7, 280, 0, 0]] }
-      super(data.merge(allocations: allocs), path, name, AddAllocations.sample_type)
-    end
-  end
-
   def test_stop_output_of_a_result_with_allocations_comes_from_the_hash
     omit("engine not available (Rperf.start/stop)") unless Rperf.respond_to?(:start) && Rperf.respond_to?(:stop)
-    Rperf.singleton_class.prepend(AddAllocations) unless Rperf.singleton_class < AddAllocations
-    fib = ->(n) { n < 2 ? n : fib.(n - 1) + fib.(n - 2) }
+    fib = ->(n) { n < 2 ? [n].sum : fib.(n - 1) + fib.(n - 2) }
     plain = File.join(@dir, "plain.pb.gz")
     Rperf.start(mode: :cpu, frequency: 1000, output: plain) { fib.(22) }
     assert_match(/ s=[1-9]\d*\(\)/, go_raw(plain) || "s=1()", "the engine path gives first lines")
-    AddAllocations.active = true
-    %i[alloc_space].each do |t|
-      AddAllocations.sample_type = t
-      path = File.join(@dir, "heap.pb.gz")
-      Rperf.start(mode: :cpu, frequency: 1000, output: path) { fib.(22) }
-      raw = Rperf._decode_pprof(File.binread(path), "heap")
-      assert_equal([t.to_s, 4, [[7, 280, 7, 280]]],
-                   [raw[:default_sample_type], raw[:sample_types].size, raw[:samples].map { |_, v, _| v }])
-    end
-    AddAllocations.sample_type = nil
+    path = File.join(@dir, "heap.pb.gz")
+    data = Rperf.start(mode: :cpu, frequency: 1000, allocations: true, output: path, sample_type: :alloc_space) { fib.(22) }
+    raw = Rperf._decode_pprof(File.binread(path), "heap")
+    assert_equal(["alloc_space", 4], [raw[:default_sample_type], raw[:sample_types].size])
+    sums = data[:allocations][:samples].map { |s| s[2..5] }.transpose.map(&:sum)
+    assert_operator(sums[0], :>, 0, "fib allocates")
+    assert_equal(sums, raw[:samples].map { |_, v, _| v }.transpose.map(&:sum), "the result's allocations, every one")
     path = File.join(@dir, "time.pb.gz")
-    Rperf.start(mode: :cpu, frequency: 1000, output: path) { fib.(22) }
+    Rperf.start(mode: :cpu, frequency: 1000, allocations: true, output: path) { fib.(22) }
     raw = Rperf._decode_pprof(File.binread(path), "time")
     assert_equal([["cpu", "nanoseconds"]], raw[:sample_types])
     lines = raw[:samples].flat_map(&:first).map { |f| f[2] }.uniq
     assert_equal([0], lines, "from the Hash: no first lines")
-  ensure
-    AddAllocations.active = false
   end
 
   private
