@@ -69,6 +69,9 @@ typedef struct heap_slot {
      * whose frees may have gone unreported ran since, so its page may be
      * gone and nothing reads it until a settle checks it */
     uint32_t epoch;
+    /* the marking seen last when it was allocated (H.seen_gc, low 32
+     * bits): it is in use only once a later marking has seen it live */
+    uint32_t born;
     uint8_t rtype;              /* the host's type code */
     /* allocated in another Ractor: its size is never read from the main
      * Ractor (its Ractor may be changing it) */
@@ -85,6 +88,9 @@ typedef struct heap_entry {
     uint32_t rtype;
     int64_t alloc_objects, alloc_bytes;
     int64_t inuse_objects, inuse_bytes;
+    /* its tracked objects alive at the last settle, those allocated since
+     * the last GC included (not in use yet, but kept across a clear) */
+    uint32_t tracked;
 } heap_entry_t;
 
 static struct {
@@ -358,6 +364,7 @@ void rperf_alloc_record(uintptr_t obj, uintptr_t klass, uint32_t rtype, uint32_t
     s->bytes = bytes;
     s->rtype = (uint8_t)rtype;
     s->epoch = H.epoch;
+    s->born = (uint32_t)H.seen_gc;
     s->foreign = rperf_thread_ractor(pt) > 1;   /* 0: not known, never another Ractor with a hook */
     H.used++;
     index_put(si);
@@ -508,7 +515,10 @@ void rperf_heap_settle(bool (*alive)(uintptr_t obj, uintptr_t klass, uint32_t rt
 {
     if (!H.on) return;
     pthread_mutex_lock(&mu);
-    for (size_t i = 0; i < H.n; i++) H.entries[i].inuse_objects = H.entries[i].inuse_bytes = 0;
+    for (size_t i = 0; i < H.n; i++) {
+        H.entries[i].inuse_objects = H.entries[i].inuse_bytes = 0;
+        H.entries[i].tracked = 0;
+    }
     uint64_t live = 0;
     bool retired = false;
     for (uint32_t i = 0; i < H.top; i++) {
@@ -521,10 +531,15 @@ void rperf_heap_settle(bool (*alive)(uintptr_t obj, uintptr_t klass, uint32_t rt
             continue;
         }
         s->epoch = H.epoch;
+        live++;
         heap_entry_t *en = &H.entries[e - 1];
+        en->tracked++;
+        /* In use as of the last GC, as Go's heap profiles: an object
+         * allocated since the latest marking may already be garbage (the
+         * next GC will tell), so it waits for that marking. */
+        if (s->born == (uint32_t)H.seen_gc) continue;
         en->inuse_objects += H.interval;
         en->inuse_bytes += H.interval * (int64_t)(s->foreign ? s->bytes : memsize(s->obj));
-        live++;
     }
     H.live = live;
     if (retired) index_rebuild(H.used);
@@ -578,6 +593,7 @@ void rperf_heap_stats(rperf_heap_stats_t *out)
     out->sampled = atomic_load(&H.sampled);
     out->dropped = atomic_load(&H.dropped);
     out->live = H.live;
+    out->as_of_gc = H.seen_gc;
     out->tracked = H.used;
 }
 
@@ -652,13 +668,13 @@ void rperf__heap_clear_collect(void)
     pthread_mutex_lock(&mu);
     size_t words = 0;
     for (size_t i = 0; i < H.n; i++)
-        if (H.entries[i].inuse_objects) words += 2 + H.entries[i].depth;
+        if (H.entries[i].tracked) words += 2 + H.entries[i].depth;
     H.kept = words ? malloc(words * sizeof(rperf_frame_t)) : NULL;
     H.kept_len = 0;
     if (!H.kept) return;
     for (size_t i = 0; i < H.n; i++) {
         const heap_entry_t *e = &H.entries[i];
-        if (!e->inuse_objects) continue;
+        if (!e->tracked) continue;
         H.kept[H.kept_len++] = (rperf_frame_t)i;
         H.kept[H.kept_len++] = e->class_id == RPERF_ALLOC_NO_CLASS
                                    ? 0 : rperf__frames_at(e->class_id - RPERF_SYNTHETIC_FRAMES);
@@ -703,6 +719,7 @@ static void restore_locked(void)
         if (ne < 0) continue;
         H.entries[ne].inuse_objects += oe->inuse_objects;
         H.entries[ne].inuse_bytes += oe->inuse_bytes;
+        H.entries[ne].tracked += oe->tracked;
         map[oi] = (uint32_t)ne + 1;
     }
     rperf__inflight = 0;

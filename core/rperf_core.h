@@ -445,8 +445,10 @@ void rperf_alloc_freed(uintptr_t obj);
  * reported (rperf_heap_gc_marked), so the object's page may be gone and
  * the host must check the address before reading it; a host may check
  * every address) and compute each entry's in-use objects and bytes
- * (memsize: the object's size now). An object found alive is verified
- * again. */
+ * (memsize: the object's size now): as of the last GC whose marking was
+ * seen, as Go's heap profiles are (an object allocated since may be
+ * garbage already; it counts once a later marking has seen it live). An
+ * object found alive is verified again. */
 void rperf_heap_settle(bool (*alive)(uintptr_t obj, uintptr_t klass, uint32_t rtype, bool verified),
                        size_t (*memsize)(uintptr_t obj));
 /* Free hook: frees from now on may go unreported (the host saw an
@@ -474,6 +476,9 @@ typedef struct rperf_heap_stats {
     uint64_t dropped;         /* of those, lost (no memory, full ring) */
     uint64_t live;            /* tracked objects alive at the last settle */
     uint64_t tracked;         /* tracked objects now */
+    uint64_t as_of_gc;        /* the last marking seen: in-use values are as
+                                 of this GC (objects allocated since wait
+                                 for the next one) */
 } rperf_heap_stats_t;
 void rperf_heap_stats(rperf_heap_stats_t *out);   /* GVL held */
 

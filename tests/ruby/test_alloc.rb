@@ -88,6 +88,31 @@ class TestAlloc < Test::Unit::TestCase
                     "released and collected: no longer in use")
   end
 
+  # In use as of the last GC, as Go's heap profiles (what go tool pprof,
+  # Parca and Pyroscope users read): objects allocated since the latest GC
+  # may be garbage already, so they count once a GC has seen them live;
+  # garbage made since never shows in use.
+  def test_in_use_is_as_of_the_last_gc
+    keep = []
+    GC.start
+    Rperf.start(mode: :alloc, alloc_interval: 64)
+    GC.disable
+    begin
+      alloc_keep(keep, 100_000)
+      alloc_churn(300_000)
+      before = by_method(Rperf.snapshot)
+    ensure
+      GC.enable
+    end
+    assert_in_delta(100_000, before[["Object#alloc_keep", "Array"]][0], 8_000, before.inspect)
+    assert_equal(0, before[["Object#alloc_keep", "Array"]][2], "no GC since: not in use yet #{before.inspect}")
+    assert_equal(0, before[["Object#alloc_churn", "Array"]][2], "garbage not collected yet is not in use")
+    GC.start
+    after = by_method(Rperf.stop)
+    assert_in_delta(100_000, after[["Object#alloc_keep", "Array"]][2], 8_000, "seen live by a GC #{after.inspect}")
+    assert_operator(after[["Object#alloc_churn", "Array"]][2], :<=, 3_000, "collected")
+  end
+
   def test_compaction_moves_the_live_heap_with_it
     omit("GC.compact is not supported here") unless GC.respond_to?(:compact)
     keep = []
@@ -264,6 +289,7 @@ class TestAlloc < Test::Unit::TestCase
         Rperf.start(mode: mode, allocations: true, alloc_interval: 16)
         pid = fork do
           child_make_gadgets(#{GADGETS})
+          GC.start # in use as of the last GC: a GC that sees them live
           child_burn_cpu(0.1)
         end
         Process.wait(pid)
@@ -300,6 +326,7 @@ class TestAlloc < Test::Unit::TestCase
       kids = 2.times.map do
         pid = fork do
           child_make_gadgets(#{GADGETS})
+          GC.start # in use as of the last GC: a GC that sees them live
           child_burn_cpu(0.05)
         end
         Process.wait(pid)
@@ -339,6 +366,7 @@ class TestAlloc < Test::Unit::TestCase
         Rperf.start(mode: mode, allocations: true, alloc_interval: 16)
         pid = fork do
           child_make_gadgets(#{GADGETS})
+          GC.start # in use as of the last GC: a GC that sees them live
           child_burn_cpu(0.1)
           loop { IO.select(nil, nil, nil, 0.05) } # safepoints: the windows are taken
         end
@@ -422,6 +450,7 @@ class TestAlloc < Test::Unit::TestCase
       Rperf.snapshot
     end
     assert_equal(%i[done done], rs.map { |r| ractor_value(r) })
+    GC.start # in use as of the last GC: one after the last keep
     data = Rperf.stop
     assert_true(data[:allocations][:ractors])
     ractors = data[:threads].to_h { |t| [t[:thread_seq], t[:ractor_id]] }

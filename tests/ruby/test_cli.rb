@@ -140,9 +140,11 @@ class TestCLI < Test::Unit::TestCase
   # End to end: a real Ruby program and a forked child of it, recorded with
   # -m alloc; the report counts each method's allocations per sample index.
   def test_record_alloc_end_to_end
+    # each process ends with a GC: objects are in use as of the last GC
     prog = "def cli_keep(k, n) = n.times { |i| k << [i] }\n" \
            "k = []; cli_keep(k, 200_000)\n" \
-           "Process.wait(fork { j = []; cli_keep(j, 100_000) })\n"
+           "Process.wait(fork { j = []; cli_keep(j, 100_000); GC.start })\n" \
+           "GC.start\n"
     _, err, st = rperf("record", "-m", "alloc", "--alloc-interval", "64", "-o", "heap.pb.gz", "ruby", "-e", prog)
     assert_equal(0, st.exitstatus, err)
     { "alloc_objects" => 300_000, "inuse_objects" => 300_000 }.each do |index, want|

@@ -287,6 +287,7 @@ class TestPprofHttp < Test::Unit::TestCase
     before = []
     Rperf.start(mode: :alloc, alloc_interval: 16)
     heap_route_strings(before) # before the window: in no delta
+    GC.start                   # in use as of this GC, when the window opens
     kept = []
     dropped = []
     during = lambda do |_seconds|

@@ -53,6 +53,7 @@ class TestRunDir < Test::Unit::TestCase
       pid = fork do
         [idle_w, done_w, res_r].each(&:close)
         run_dir_gadgets(gadgets)
+        GC.start # in use as of the last GC: a GC that sees them live
         used = 0.0
         used += run_dir_work(0.02) until IO.select([idle_r], nil, nil, 0)
         res_w.write(used.to_s)

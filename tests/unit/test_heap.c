@@ -86,10 +86,25 @@ static void allocate(uintptr_t base, int n, uintptr_t klass)
     }
 }
 
-static void close_window(void)
+/* a window's close with no GC since the last one */
+static void settle_window(void)
 {
     rperf_engine_pause();
     rperf_heap_settle(fake_alive, fake_memsize);
+}
+
+/* a GC's marking (the next number), then a window's close: the in-use
+ * values are as of that GC */
+static void gc_mark(void)
+{
+    rperf_heap_stats_t st;
+    rperf_heap_stats(&st);
+    rperf_heap_gc_marked(st.as_of_gc + 1, false);
+}
+static void close_window(void)
+{
+    gc_mark();
+    settle_window();
 }
 
 RPERF_TEST(the_countdown_samples_one_allocation_in_interval)
@@ -231,7 +246,7 @@ RPERF_TEST(after_a_gc_with_unreported_frees_nothing_is_read_until_a_settle)
     rperf_heap_relocate(13, moved);
     RPERF_CHECK_EQ(relocations, 4 * 2);
     alive_calls = alive_unverified = 0;
-    close_window();
+    settle_window();
     RPERF_CHECK_EQ(alive_calls, 14);
     RPERF_CHECK_EQ(alive_unverified, 10);
     rperf_engine_resume(false);
@@ -245,7 +260,7 @@ RPERF_TEST(after_a_gc_with_unreported_frees_nothing_is_read_until_a_settle)
     rperf_heap_relocate(15, moved);
     RPERF_CHECK_EQ(relocations, 0);
     alive_calls = alive_unverified = 0;
-    close_window();
+    settle_window();
     RPERF_CHECK_EQ(alive_unverified, 14);
     /* the host saw a free that may turn its hooks off: the same */
     rperf_engine_resume(false);
@@ -256,7 +271,7 @@ RPERF_TEST(after_a_gc_with_unreported_frees_nothing_is_read_until_a_settle)
     rperf_heap_relocate(16, moved);
     RPERF_CHECK_EQ(relocations, 2 * 2);
     alive_calls = alive_unverified = 0;
-    close_window();
+    settle_window();
     RPERF_CHECK_EQ(alive_calls, 16);
     RPERF_CHECK_EQ(alive_unverified, 14);
     rperf_engine_resume(false);
@@ -433,6 +448,49 @@ RPERF_TEST(a_heap_window_baseline_sees_changes_across_a_clear)
     rperf_engine_release();
 }
 
+/* In use as of the last GC (Go's heap profiles): an object allocated
+ * since the latest marking may be garbage already, so it is not in use
+ * until a marking has seen it live; one that dies before that never
+ * shows in use. */
+RPERF_TEST(in_use_is_as_of_the_last_gc)
+{
+    start_alloc(1);
+    stack[0] = 0x2000;
+    depth = 1;
+    allocate(0x10000, 6, CLASS_A);        /* kept */
+    gc_mark();
+    allocate(0x20000, 4, CLASS_B);        /* garbage, not collected yet */
+    allocate(0x30000, 3, CLASS_A);        /* kept, no GC since */
+    settle_window();
+    RPERF_CHECK_EQ(totals_of(CLASS_A).inuse_objects, 6);
+    RPERF_CHECK_EQ(totals_of(CLASS_A).alloc_objects, 9);
+    RPERF_CHECK_EQ(totals_of(CLASS_B).inuse_objects, 0);
+    rperf_heap_stats_t st;
+    rperf_heap_stats(&st);
+    RPERF_CHECK_EQ(st.live, 13);          /* tracked alive: all of them */
+    rperf_engine_resume(false);
+    gc_mark();                            /* B's objects found dead ... */
+    free_objects(0x20000, 4);             /* ... and swept */
+    settle_window();
+    RPERF_CHECK_EQ(totals_of(CLASS_A).inuse_objects, 9);
+    RPERF_CHECK_EQ(totals_of(CLASS_B).inuse_objects, 0);
+    RPERF_CHECK_EQ(totals_of(CLASS_B).alloc_objects, 4);
+    /* a clear keeps tracking objects not in use yet: a GC after it finds
+     * them live */
+    rperf_engine_resume(false);
+    allocate(0x40000, 5, CLASS_B);
+    settle_window();
+    RPERF_CHECK_EQ(totals_of(CLASS_B).inuse_objects, 0);
+    rperf_engine_clear();
+    rperf_engine_resume(false);
+    close_window();
+    RPERF_CHECK_EQ(totals_of(CLASS_B).inuse_objects, 5);
+    RPERF_CHECK_EQ(totals_of(CLASS_B).alloc_objects, 0);
+    rperf_engine_resume(false);
+    rperf_engine_stop();
+    rperf_engine_release();
+}
+
 RPERF_TEST(a_run_without_allocation_sampling_records_none)
 {
     start_alloc(0);
@@ -458,5 +516,6 @@ int main(void)
                      RPERF_CASE(a_filter_rebuilt_after_many_deaths_still_finds_the_survivors),
                      RPERF_CASE(compaction_moves_tracked_objects),
                      RPERF_CASE(a_clearing_window_keeps_the_live_heap),
+                     RPERF_CASE(in_use_is_as_of_the_last_gc),
                      RPERF_CASE(a_run_without_allocation_sampling_records_none));
 }
