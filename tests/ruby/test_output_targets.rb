@@ -381,7 +381,10 @@ class TestOutputTargets < Test::Unit::TestCase
     end
   end
 
-  # A report that fails (here: stderr raises) comes after the output.
+  # A report that fails (here: $stderr raises) comes after the output, and
+  # does not take the profile from the caller: stop returns the result and
+  # says on the process's stderr (fd 2, written from C) that the report
+  # failed.
   def test_output_written_before_a_failing_report
     with_dir do |dir|
       path = File.join(dir, "out.txt")
@@ -390,15 +393,16 @@ class TestOutputTargets < Test::Unit::TestCase
         rperf_work_a(0.02)
         $stderr = Class.new { def write(*) = raise(IOError, "report broken") }.new
         begin
-          Rperf.stop
-          child_report(stop: "ok")
+          data = Rperf.stop
+          child_report(stop: data[:sampling_count].positive? ? "result" : "empty")
         rescue IOError => e
           child_report(stop: e.message)
         end
       RUBY
       run = run_child(script)
       assert_child_ok(run)
-      assert_equal("report broken", run.report["stop"], "the report failed\n#{run.describe}")
+      assert_equal("result", run.report["stop"], "stop returns the profile\n#{run.describe}")
+      assert_match(/^rperf: the report at the stop failed: report broken \(IOError\)$/, run.stderr, run.describe)
       assert_profile(File.binread(path), :text, "written before the failing report")
     end
   end
