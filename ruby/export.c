@@ -184,7 +184,10 @@ arena_str(conv_t *c, VALUE s)
     return r;
 }
 
-/* Phase 1 only (may call #to_s): Symbol -> its name, String as is, else #to_s. */
+/* Phase 1 only (may call #to_s): Symbol -> its name, String as is, an
+ * Integer in decimal without a method call (the pid label of a merged
+ * child, ids: a program's redefined Integer#to_s must not change or break
+ * them), else #to_s. */
 static VALUE
 to_str_value(VALUE v)
 {
@@ -192,6 +195,10 @@ to_str_value(VALUE v)
         return v;
     if (RB_TYPE_P(v, T_SYMBOL))
         return rb_sym2str(v);
+    if (RB_FIXNUM_P(v))
+        return rb_fix2str(v, 10);
+    if (RB_TYPE_P(v, T_BIGNUM))
+        return rb_big2str(v, 10);
     VALUE s = rb_funcall(v, id_to_s, 0);
     if (!RB_TYPE_P(s, T_STRING))
         rb_raise(rb_eTypeError, "rperf: #to_s of a label did not return a String");

@@ -346,7 +346,7 @@ class TestHostBehaviour < Test::Unit::TestCase
     "raising" => <<~'RUBY',
       class Hash; def [](*) = raise(TypeError, "no implicit conversion of Symbol into Hash"); def fetch(*) = raise(KeyError, "redefined Hash#fetch"); end
       class Array; def each(*) = raise(TypeError, "redefined Array#each"); def map(*) = raise(TypeError, "redefined Array#map"); end
-      class Integer; def +(*) = raise(TypeError, "redefined Integer#+"); end
+      class Integer; def +(*) = raise(TypeError, "redefined Integer#+"); def to_s(*) = raise(TypeError, "redefined Integer#to_s"); end
       class String; def +(*) = raise(TypeError, "redefined String#+"); def %(*) = raise(TypeError, "redefined String#%"); end
       module Kernel; def format(*) = raise(TypeError, "redefined Kernel#format"); end
       def Kernel.format(*) = raise(TypeError, "redefined Kernel.format")
@@ -355,7 +355,7 @@ class TestHostBehaviour < Test::Unit::TestCase
     "garbage" => <<~'RUBY',
       class Hash; def [](key) = key; def fetch(key, *) = key; end
       class Array; def each(*) = nil; def map(*) = [:garbage]; end
-      class Integer; def +(other) = other; end
+      class Integer; def +(other) = other; def to_s(*) = "garbage"; end
       class String; def +(other) = other; def %(*) = "garbage"; end
       module Kernel; def format(*) = "garbage"; end
       def Kernel.format(*) = "garbage"
@@ -415,15 +415,16 @@ class TestHostBehaviour < Test::Unit::TestCase
   # (inherit: :fork, the env auto-start's default): the fork hook, the
   # child's restart and exit, and the root's merge at exit.
   def test_redefined_core_methods_with_a_forked_child_merged_at_exit
-    body = "pid = fork { rperf_redefining_child }\nProcess.wait(pid)\n$stdout.write(pid.to_s)\n"
+    body = "pid = fork { rperf_redefining_child }\nProcess.wait(pid)\n$stdout.write([pid].pack('N'))\n"
     REDEFINITIONS.each_key do |kind|
       out = File.join(@dir, "#{kind}.pb.gz")
       pid, err, st = run_redefining(kind, body, ENV_START.merge("RPERF_OUTPUT" => out))
       assert(st.success?, "#{kind}: #{st.inspect}\n#{err}")
       assert_equal("", err, kind)
       by_pid = functions_by_pid(out)
-      assert_equal([nil, pid.to_i], by_pid.keys, "#{kind}: the root and its child")
-      assert_include(by_pid[pid.to_i], "Object#rperf_redefining_child", kind)
+      pid = pid.unpack1("N")
+      assert_equal([nil, pid], by_pid.keys, "#{kind}: the root and its child")
+      assert_include(by_pid[pid], "Object#rperf_redefining_child", kind)
       assert_include(by_pid[nil], "Object#rperf_redefining_parent", kind)
       assert_empty(Dir.children(File.join(@dir, "tmp")), "#{kind}: the run's directory is removed")
     end
