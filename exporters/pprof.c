@@ -35,8 +35,12 @@
  *                    the same quantity); alloc_interval when no bytes are
  *                    known; absent when the interval is unknown
  *   13 comment       "rperf <version>", "mode: <m>", "frequency: <f>Hz"
- *                    (cpu and wall runs), "allocation interval: <n>" (when
- *                    known), "ruby: <description>" (when known)
+ *                    (cpu and wall runs), "sampling count: <n>" (cpu and
+ *                    wall runs, when the view has it: the samples taken,
+ *                    which the distinct stacks written do not tell;
+ *                    Rperf::Report and ruby/merge.c read it back),
+ *                    "allocation interval: <n>" (when known), "ruby:
+ *                    <description>" (when known)
  *   14 default_sample_type  allocation views: the chosen type's name
  *
  * INVARIANTS
@@ -513,7 +517,7 @@ pprof_encode_state(pprof_state_t *st, const rperf_profile_view_t *v)
 
     /* Comments. */
     char line[512];
-    uint32_t comments[5];
+    uint32_t comments[6];
     int ncomments = 0;
     snprintf(line, sizeof line, "rperf %.*s", (int)(v->rperf_version.len > 64 ? 64 : v->rperf_version.len),
              v->rperf_version.len ? v->rperf_version.ptr : "");
@@ -528,6 +532,11 @@ pprof_encode_state(pprof_state_t *st, const rperf_profile_view_t *v)
         snprintf(line, sizeof line, "frequency: %dHz", (int)v->frequency);
         if ((rc = intern_cstr(st, line, &comments[ncomments++])))
             return rc;
+        if (v->flags & RPERF_VIEW_HAS_SAMPLING_COUNT) {
+            snprintf(line, sizeof line, "sampling count: %lld", (long long)v->sampling_count);
+            if ((rc = intern_cstr(st, line, &comments[ncomments++])))
+                return rc;
+        }
     }
     int64_t interval = (v->flags & RPERF_VIEW_HAS_ALLOC_INTERVAL) ? v->alloc_interval : 0;
     if (alloc && interval > 0) {

@@ -1,19 +1,30 @@
 /*
- * child_windows.c — the windows of a forked child's inherited run
- * (Rperf.start(inherit: :fork or true)): every few seconds the child takes
- * its window so far (as snapshot(clear: true)) and writes it into the
- * run's directory as <base>.w<n>.pb.gz, so that the root's snapshots hold
- * the children that are still running (up to one interval late), and a
- * child killed with SIGKILL loses only its current window. The part since
- * the last window is written at the child's stop or exit as <base>.pb.gz
- * (ruby/lib/rperf.rb, __start_child_run; ruby/api.c at exit); the root
- * merges every part of a pid as one process (ruby/lib/rperf/inherit.rb).
+ * child_windows.c — the windows of a process that is a part of a run
+ * merging processes: a forked child's inherited run (Rperf.start(inherit:
+ * :fork or true)), and every Ruby process under the rperf command
+ * (RPERF_CHILD_WINDOWS=1). Every few seconds the process takes its window
+ * so far (as snapshot(clear: true)) and writes it into the run's
+ * directory as <base>.w<n>.pb.gz, so that the root's snapshots hold the
+ * children that are still running (up to one interval late), and a
+ * process killed with SIGKILL loses only its current window. The part
+ * since the last window is written at the process's stop or exit as
+ * <base>.pb.gz (ruby/lib/rperf.rb, __start_child_run; ruby/api.c at exit);
+ * the root (or the rperf command) merges every part of a pid as one
+ * process (ruby/lib/rperf/inherit.rb, children.rb, cli.rb).
  * A run with allocations beside time writes each part as two files of one
  * name: the time profile <name>.pb.gz and the heap profile
  * <name>.heap.pb.gz (inuse_space; Rperf::RunDir), a window each only when
  * it has samples; an allocation run's heap profile is its part's only
  * file (.pb.gz). The root reads a part's two files as one, and either
- * alone.
+ * alone. Each window also writes its counters file <base>.w<n>.stat.json
+ * (ruby/stat.c) before its profiles: the window's counts (samples,
+ * triggers, dropped samples, ...) and the growth of the process counters
+ * (GC, allocations, context switches) since the previous part's file, so
+ * that the windows and the last part of a process add up to the whole of
+ * it, a process killed after its windows included. The counts of a
+ * window that writes nothing go into the next file written (the carry;
+ * the last part's too: rperf_rb_child_windows_since). A child whose run's
+ * directory is gone (the root stopped) writes no more windows.
  *
  * The aggregation worker's wake-ups (at least every 1.6 s) time it
  * (rperf_rb_child_windows_poll) and request a postponed job. The job takes
@@ -50,12 +61,14 @@
 #include "rperf_ruby.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -75,6 +88,13 @@ static _Atomic int warned;
 static pthread_t writer;
 static pid_t writer_pid;
 static _Atomic int writing;
+/* The counting of the part that writes windows (GVL): its counters file
+ * "<base>.stat.json", the process counters its next file grows from (a
+ * Hash, or the run's base: nil or a Hash), the counts of the windows
+ * taken since the last file that wrote nothing, and the process. */
+static VALUE since_path = Qnil, since_base = Qnil;
+static long long carry[RPERF_RB_STAT_NCOUNTS];
+static pid_t since_pid;
 
 static int64_t mono_ns(void)
 {
@@ -205,6 +225,8 @@ enum { MAX_FILES = 2 };
 typedef struct {
     void *handle[MAX_FILES];
     int count;
+    char *counters, *counters_path;   /* the counters file, written first */
+    size_t counters_len;
 } window_files_t;
 
 typedef struct {
@@ -246,6 +268,12 @@ static void prepare(window_files_t *w, VALUE data, const char *suffix, VALUE opt
 static void *write_main(void *arg)
 {
     window_files_t *w = arg;
+    if (w->counters) {
+        int err = rperf_rb_stat_write_file(w->counters_path, w->counters, w->counters_len);
+        if (err) warn_once(strerror(err));
+        free(w->counters);
+        free(w->counters_path);
+    }
     for (int i = 0; i < w->count; i++) {
         char err[256] = "";
         if (rperf_rb_export_detached_finish(w->handle[i], err, sizeof err)) warn_once(err[0] ? err : "error");
@@ -266,6 +294,45 @@ static bool writer_done(bool wait)
     return true;
 }
 
+/* The directory of "<dir>/<pid>" is still there (the run goes on). */
+static bool dir_there(VALUE path)
+{
+    const char *p = RSTRING_PTR(path);
+    const char *slash = memrchr(p, '/', (size_t)RSTRING_LEN(path));
+    if (!slash || slash == p) return true;
+    char dir[PATH_MAX];
+    size_t n = (size_t)(slash - p);
+    if (n >= sizeof dir) return true;
+    memcpy(dir, p, n);
+    dir[n] = '\0';
+    struct stat st;
+    return !(stat(dir, &st) != 0 && (errno == ENOENT || errno == ENOTDIR));
+}
+
+/* The window's counters file beside its profiles (GVL held): its counts
+ * and the carry, the process counters' growth since the previous file;
+ * that reading is the next file's base. */
+static void prepare_counters(window_files_t *w, VALUE data, const char *name)
+{
+    size_t n = (size_t)RSTRING_LEN(base) + strlen(name) + 1;
+    char *path = malloc(n);
+    VALUE reading = Qnil;
+    size_t len = 0;
+    char *json = path ? rperf_rb_stat_part_json(data, since_base, carry, &reading, &len) : NULL;
+    if (!json) {                          /* the window's profile tells its sampling count alone */
+        free(path);
+        warn_once("out of memory");
+        return;
+    }
+    memcpy(path, RSTRING_PTR(base), (size_t)RSTRING_LEN(base));
+    memcpy(path + RSTRING_LEN(base), name, strlen(name) + 1);
+    w->counters = json;
+    w->counters_len = len;
+    w->counters_path = path;
+    since_base = reading;
+    memset(carry, 0, sizeof carry);
+}
+
 static void window_job(void *unused)
 {
     (void)unused;
@@ -274,6 +341,11 @@ static void window_job(void *unused)
      * main Ractor's business (its objects, the lifecycle state): leave it
      * for the next wake-up, which triggers the job again. */
     if (!atomic_load(&on) || NIL_P(base) || rperf_rb_ractor_peek() != 1 || !writer_done(false)) {
+        atomic_store(&pending, 0);
+        return;
+    }
+    if (!dir_there(base)) {               /* the run ended: the part says so at its end */
+        atomic_store(&on, 0);
         atomic_store(&pending, 0);
         return;
     }
@@ -289,9 +361,13 @@ static void window_job(void *unused)
     bool time = nonempty(data, sym_aggregated_samples);
     bool heap = nonempty(allocs, sym_samples);
     bool beside = RB_TYPE_P(allocs, T_HASH) && rb_hash_lookup2(data, sym_mode, Qnil) != sym_alloc;
-    if (!time && !heap) return;           /* no sample: nothing written */
+    if (!time && !heap) {                 /* no sample: nothing written */
+        rperf_rb_stat_carry_add(carry, data);
+        return;
+    }
     window_files_t *w = calloc(1, sizeof *w);
     if (!w) {
+        rperf_rb_stat_carry_add(carry, data);
         warn_once("out of memory");
         return;
     }
@@ -311,8 +387,11 @@ static void window_job(void *unused)
         }
     }
     if (w->count == 0) {
+        rperf_rb_stat_carry_add(carry, data);
         free(w);
     } else {
+        snprintf(name, sizeof name, ".w%ld.stat.json", seq);
+        prepare_counters(w, data, name);
         atomic_store(&writing, 1);
         if (pthread_create(&writer, NULL, write_main, w) == 0) {
             writer_pid = getpid();
@@ -323,17 +402,28 @@ static void window_job(void *unused)
     RB_GC_GUARD(data);
 }
 
-/* _c_child_windows(base, seconds): the run going is an inherited child's;
- * write its windows as base + ".w<n>.pb.gz" (and ".w<n>.heap.pb.gz")
- * every `seconds`. */
-static VALUE c_child_windows(VALUE self, VALUE path, VALUE seconds)
+/* _c_child_windows(base, seconds, stat_base): the run going is a part
+ * of a run that merges processes (an inherited child's, or one under the
+ * rperf command); write its windows as base + ".w<n>.pb.gz" (and
+ * ".w<n>.heap.pb.gz", ".w<n>.stat.json") every `seconds`, its process
+ * counters growing from `stat_base` (nil, or a Hash of _c_stat_counters)
+ * up to the first window written. */
+static VALUE c_child_windows(VALUE self, VALUE path, VALUE seconds, VALUE stat_base)
 {
     (void)self;
     FilePathValue(path);
     double s = NUM2DBL(seconds);
     if (!(s > 0)) rb_raise(rb_eArgError, "the window interval must be positive");
+    if (!NIL_P(stat_base)) Check_Type(stat_base, T_HASH);
+    since_path = Qnil;
     if (!rperf_engine_running()) return Qnil;
     base = rb_str_new_frozen(path);
+    VALUE counters = rb_str_dup(base);
+    rb_str_cat_cstr(counters, ".stat.json");
+    since_path = rb_str_new_frozen(counters);
+    since_base = stat_base;
+    since_pid = getpid();
+    memset(carry, 0, sizeof carry);
     seq = 0;
     atomic_store(&warned, 0);
     atomic_store(&interval_ns, (int64_t)(s * 1e9));
@@ -341,6 +431,17 @@ static VALUE c_child_windows(VALUE self, VALUE path, VALUE seconds)
     atomic_store(&pending, 0);
     atomic_store_explicit(&on, 1, memory_order_release);
     return Qnil;
+}
+
+bool rperf_rb_child_windows_since(VALUE counters_path, VALUE *out_base, long long *out_carry)
+{
+    if (NIL_P(since_path) || since_pid != getpid() || !RB_TYPE_P(counters_path, T_STRING) ||
+        RSTRING_LEN(counters_path) != RSTRING_LEN(since_path) ||
+        memcmp(RSTRING_PTR(counters_path), RSTRING_PTR(since_path), (size_t)RSTRING_LEN(since_path)) != 0)
+        return false;
+    *out_base = since_base;
+    memcpy(out_carry, carry, sizeof carry);
+    return true;
 }
 
 void rperf_rb_child_windows_off(void)
@@ -355,6 +456,8 @@ void rperf_rb_child_windows_off(void)
 void rperf_rb_child_windows_init(VALUE m)
 {
     rb_gc_register_address(&base);
+    rb_gc_register_address(&since_path);
+    rb_gc_register_address(&since_base);
     sym_aggregated_samples = ID2SYM(rb_intern("aggregated_samples"));
     sym_allocations = ID2SYM(rb_intern("allocations"));
     sym_samples = ID2SYM(rb_intern("samples"));
@@ -368,6 +471,6 @@ void rperf_rb_child_windows_init(VALUE m)
     fold_handle = rb_postponed_job_preregister(0, fold_job, NULL);
     if (job_handle == POSTPONED_JOB_HANDLE_INVALID || fold_handle == POSTPONED_JOB_HANDLE_INVALID)
         rb_raise(rb_eLoadError, "rperf: no free postponed-job slot");
-    rb_define_module_function(m, "_c_child_windows", c_child_windows, 2);
+    rb_define_module_function(m, "_c_child_windows", c_child_windows, 3);
     rb_define_module_function(m, "_c_children_watch", c_children_watch, 3);
 }

@@ -14,9 +14,11 @@
  *   _c_run_dir_parts(dir, names, read) -> [[pid, part], ...] or nil (none):
  *     every part in dir (only those whose file names are in `names` when
  *     it is an Array), oldest first (start time, then pid), each a result
- *     Hash read from its pprof files (time, and heap beside it: one part)
- *     and its counters file (ruby/stat.c): the counts, the thread names,
- *     and the process's counters as :part_counters. A file that cannot be
+ *     Hash read from its pprof files (time, and heap beside it: one part;
+ *     sampling_count from the time profile's "sampling count" comment)
+ *     and its counters file (ruby/stat.c; a window's too, each part
+ *     counting its own span): the counts, the thread names, and the
+ *     process's counters as :part_counters. A file that cannot be
  *     read is reported on stderr and left out. The paths read are pushed
  *     onto `read` (an Array, or nil).
  *   _c_merge_parts(data, parts, stats) -> a new result: `data` (this
@@ -379,6 +381,7 @@ typedef struct {
     VALUE threads;          /* Hash seq => ractor, first seen wins */
     VALUE cache;            /* per pprof: frames by function / location */
     VALUE mode, frequency, interval, start, duration;
+    VALUE sampling_count;   /* the time profile's "sampling count: N" comment, or nil */
     rperf__strmap_t set_keys;   /* canonical labels -> set id */
     rperf__buf_t key;
     bool have_time;
@@ -598,6 +601,8 @@ static const char *add_profile(part_t *pt, const rperf_pprof_t *p, bool want_hea
         pt->have_time = true;
         pt->mode = str_eq(p->sample_types[index].type, "wall") ? sym_wall : sym_cpu;
         pt->frequency = LL2NUM(pprof_frequency(p));
+        long long count = comment_number(p, "sampling count: ", "");
+        pt->sampling_count = count >= 0 ? LL2NUM(count) : Qnil;
         for (size_t i = 0; i < p->nsamples; i++) {
             const rperf_pprof_sample_t *s = &p->samples[i];
             int64_t w = s->values[index];
@@ -935,6 +940,8 @@ static VALUE part_data(part_t *pt, VALUE counters)
     }
     if (!NIL_P(pt->start)) rb_hash_aset(d, sym_start_time_ns, pt->start);
     if (!NIL_P(pt->duration)) rb_hash_aset(d, sym_duration_ns, pt->duration);
+    /* the counters file, when there, has every count and overrides it */
+    if (!NIL_P(pt->sampling_count)) rb_hash_aset(d, SYM("sampling_count"), pt->sampling_count);
     if (!NIL_P(counters)) {
         apply_counters(d, counters, threads);
         rb_hash_aset(d, sym_part_counters, counters);
@@ -976,7 +983,7 @@ static VALUE owned_free(VALUE arg)
 
 static void left_out(const char *path, const char *why)
 {
-    fprintf(stderr, "rperf: a forked child's profile is left out: %s: %s\n", path, why);
+    fprintf(stderr, "rperf: a process's profile is left out: %s: %s\n", path, why);
 }
 
 /* One file into the part; false when it could not be read (reported). */
@@ -1049,7 +1056,7 @@ static void part_reset(part_t *pt)
     pt->threads = rb_hash_new();
     pt->cache = Qnil;
     pt->mode = sym_cpu;
-    pt->frequency = pt->interval = pt->start = pt->duration = Qnil;
+    pt->frequency = pt->interval = pt->start = pt->duration = pt->sampling_count = Qnil;
     pt->have_time = false;
 }
 
@@ -1230,7 +1237,7 @@ static VALUE c_run_dir_parts(VALUE self, VALUE dir, VALUE names, VALUE read)
     L.read = RB_TYPE_P(read, T_ARRAY) ? read : Qnil;
     L.names = Qnil;
     L.pt.samples = L.pt.allocs = L.pt.sets = L.pt.threads = L.pt.cache = Qnil;
-    L.pt.mode = L.pt.frequency = L.pt.interval = L.pt.start = L.pt.duration = Qnil;
+    L.pt.mode = L.pt.frequency = L.pt.interval = L.pt.start = L.pt.duration = L.pt.sampling_count = Qnil;
     L.out = rb_ary_new();
     if (RB_TYPE_P(names, T_ARRAY)) {
         L.names = rb_hash_new();

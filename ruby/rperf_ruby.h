@@ -214,6 +214,12 @@ VALUE rperf_rb_window_take(void);
 void rperf_rb_child_windows_init(VALUE mRperf);
 void rperf_rb_child_windows_poll(void);   /* worker context */
 void rperf_rb_child_windows_off(void);    /* GVL held: the run ends, or fork */
+/* GVL held: when `counters_path` (a String) is the counters file of this
+ * process's part that wrote windows, its counters grow from *base (set to
+ * the reading of its last window written) and carry[] holds the counts
+ * of the windows taken since that wrote nothing (stat.c); false
+ * otherwise (base and carry left as they are) */
+bool rperf_rb_child_windows_since(VALUE counters_path, VALUE *base, long long *carry);
 
 /* exec.c */
 void rperf_rb_exec_init(void);
@@ -245,6 +251,20 @@ void rperf_rb_decode_init(VALUE mRperf);
 
 /* stat.c (this process's counters, a part's counters file) */
 void rperf_rb_stat_init(VALUE mRperf);
+/* the result counts a counters file holds (carry[] of the functions below) */
+#define RPERF_RB_STAT_NCOUNTS 10
+/* GVL held, no Ruby method called: `data`'s counts that add up over a
+ * part's spans, added to carry */
+void rperf_rb_stat_carry_add(long long carry[RPERF_RB_STAT_NCOUNTS], VALUE data);
+/* GVL held, no Ruby method called: a part's counters file (malloc'd,
+ * *len bytes; NULL when out of memory): the process counters less `base`
+ * (nil or a Hash), `data`'s counts plus carry; *reading: the base of the
+ * next part */
+char *rperf_rb_stat_part_json(VALUE data, VALUE base, const long long carry[RPERF_RB_STAT_NCOUNTS], VALUE *reading,
+                              size_t *len);
+/* any thread, no Ruby API: `len` bytes to path through a temporary file
+ * and a rename; 0 or an errno */
+int rperf_rb_stat_write_file(const char *path, const void *bytes, size_t len);
 /* merge.c (a run's end that merges processes: the run directory, its
  * parts merged, raw samples aggregated) */
 void rperf_rb_merge_init(VALUE mRperf);

@@ -13,6 +13,9 @@
  *     :exec: those a process keeps across exec (context switches).
  *   Rperf._c_write_part_counters(path, data, base) -> true, or false after
  *     reporting the failure on stderr.
+ *   rperf_rb_stat_part_json (child_windows.c): a window's counters file,
+ *     built in a postponed job and written by the window's writer thread
+ *     (rperf_rb_stat_write_file, no Ruby API).
  *
  * The counters: gc_time_ms, gc_count, minor_gc_count, major_gc_count,
  * allocated, freed (GC.stat's, read with rb_gc_stat), maxrss_kb (VmHWM),
@@ -24,10 +27,19 @@
  * (with allocations), and thread_table: [[thread_seq, ractor_id, name or
  * null], ...] (thread names do not travel in pprof). Counters in `base`
  * (a Hash from _c_stat_counters) are written as the growth since it.
- * ruby/merge.c reads the file back with the part, the rperf command
- * (ruby/lib/rperf/cli.rb) with JSON.
  *
- * Context: GVL held (Ruby methods of Rperf), main Ractor.
+ * Every part's file holds its own span, so that a process's parts add up:
+ * a window's file (<base>.w<n>.stat.json) the counts of the window and
+ * the process counters' growth since the previous part's file; the last
+ * part's file what came after its last window (child_windows.c keeps the
+ * base and the counts of windows that wrote nothing,
+ * rperf_rb_child_windows_since). threads and alloc_live are levels (the
+ * threads seen so far, the objects in use), maxrss_kb a peak: a part's
+ * newest value, never a sum. ruby/merge.c reads the file back with the
+ * part, Rperf::Children folds it.
+ *
+ * Context: GVL held (Ruby methods of Rperf, and child_windows.c's
+ * postponed job), main Ractor; rperf_rb_stat_write_file on any thread.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -131,28 +143,55 @@ static int put_kv(rperf__buf_t *b, bool *first, const char *key, long long v, bo
     return rperf__buf_put_cstr(b, line);
 }
 
-/* The result's counters (a Hash from a stop or window). */
-static int put_result(rperf__buf_t *b, bool *first, VALUE data)
+/* The result's counts in the counters file: its key, the result's key
+ * (under :allocations for alloc), and whether it adds up over a part's
+ * spans (the others are levels). Indexed as carry[]. */
+static const struct {
+    const char *file, *result;
+    bool alloc, sums;
+} RESULT_KEYS[] = {
+    {"threads", "detected_thread_count", false, false},
+    {"samples", "sampling_count", false, true},
+    {"triggers", "trigger_count", false, true},
+    {"sampling_time_ns", "sampling_time_ns", false, true},
+    {"dropped", "dropped_samples", false, true},
+    {"overruns", "timer_overruns", false, true},
+    {"label_sets_overflowed", "label_sets_overflowed", false, true},
+    {"alloc_sampled", "sampled", true, true},
+    {"alloc_dropped", "dropped", true, true},
+    {"alloc_live", "live", true, false},
+};
+_Static_assert(sizeof RESULT_KEYS / sizeof RESULT_KEYS[0] == RPERF_RB_STAT_NCOUNTS,
+               "carry[] has one slot per result count");
+
+/* RESULT_KEYS[i]'s value in `data` (present: it has one). */
+static long long result_count(VALUE data, size_t i, bool *present)
 {
-    static const char *const KEYS[][2] = {
-        {"threads", "detected_thread_count"}, {"samples", "sampling_count"},
-        {"triggers", "trigger_count"},        {"sampling_time_ns", "sampling_time_ns"},
-        {"dropped", "dropped_samples"},       {"overruns", "timer_overruns"},
-        {"label_sets_overflowed", "label_sets_overflowed"},
-    };
-    int rc = 0;
-    for (size_t i = 0; i < sizeof KEYS / sizeof KEYS[0] && !rc; i++) {
+    VALUE h = data;
+    if (RESULT_KEYS[i].alloc)
+        h = RB_TYPE_P(data, T_HASH) ? rb_hash_lookup2(data, ID2SYM(rb_intern("allocations")), Qnil) : Qnil;
+    return int_at(h, RESULT_KEYS[i].result, present);
+}
+
+void rperf_rb_stat_carry_add(long long carry[RPERF_RB_STAT_NCOUNTS], VALUE data)
+{
+    for (size_t i = 0; i < RPERF_RB_STAT_NCOUNTS; i++) {
         bool present;
-        long long v = int_at(data, KEYS[i][1], &present);
-        if (present) rc = put_kv(b, first, KEYS[i][0], v, true);
+        long long v = result_count(data, i, &present);
+        if (present && RESULT_KEYS[i].sums) carry[i] += v;
     }
-    VALUE a = rb_hash_lookup2(data, ID2SYM(rb_intern("allocations")), Qnil);
-    static const char *const AKEYS[][2] = {
-        {"alloc_sampled", "sampled"}, {"alloc_dropped", "dropped"}, {"alloc_live", "live"}};
-    for (size_t i = 0; RB_TYPE_P(a, T_HASH) && i < 3 && !rc; i++) {
+}
+
+/* The result's counters (a Hash from a stop or window), plus `carry`
+ * (NULL: nothing) for those that add up. */
+static int put_result(rperf__buf_t *b, bool *first, VALUE data, const long long *carry)
+{
+    int rc = 0;
+    for (size_t i = 0; i < RPERF_RB_STAT_NCOUNTS && !rc; i++) {
         bool present;
-        long long v = int_at(a, AKEYS[i][1], &present);
-        if (present) rc = put_kv(b, first, AKEYS[i][0], v, true);
+        long long v = result_count(data, i, &present);
+        long long add = carry && RESULT_KEYS[i].sums ? carry[i] : 0;
+        if (present || add) rc = put_kv(b, first, RESULT_KEYS[i].file, v + add, true);
     }
     if (rc) return rc;
     /* the thread table: names do not travel in pprof */
@@ -185,8 +224,8 @@ static int put_result(rperf__buf_t *b, bool *first, VALUE data)
 }
 
 /* `len` bytes to path through a temporary file and a rename (the reader
- * never meets half a file); 0 or an errno. */
-static int write_atomically(const char *path, const void *bytes, size_t len)
+ * never meets half a file); 0 or an errno. No Ruby API: any thread. */
+int rperf_rb_stat_write_file(const char *path, const void *bytes, size_t len)
 {
     char tmp[4096];
     if ((size_t)snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid()) >= sizeof tmp)
@@ -211,17 +250,13 @@ static int write_atomically(const char *path, const void *bytes, size_t len)
     return err;
 }
 
-/* _c_write_part_counters(path, data, base): see the header. */
-static VALUE c_write_part_counters(VALUE self, VALUE path, VALUE data, VALUE base)
+/* A counters file into b: the process counters `v` (less `base`), then
+ * `data`'s counts plus `carry` (NULL: nothing). 0 or an error. */
+static int put_file(rperf__buf_t *b, const long long v[NCOUNTERS], VALUE data, VALUE base,
+                    const long long *carry)
 {
-    (void)self;
-    FilePathValue(path);
-    const char *p = StringValueCStr(path);
-    long long v[NCOUNTERS];
-    read_counters(v);
-    rperf__buf_t b = {0};
     bool first = true;
-    int rc = rperf__buf_put_cstr(&b, "{");
+    int rc = rperf__buf_put_cstr(b, "{");
     for (size_t i = 0; i < NCOUNTERS && !rc; i++) {
         bool known = v[i] >= 0;
         long long x = v[i];
@@ -232,11 +267,54 @@ static VALUE c_write_part_counters(VALUE self, VALUE path, VALUE data, VALUE bas
             if (RB_INTEGER_TYPE_P(was) && known) x -= NUM2LL(was);
             else known = false;
         }
-        rc = put_kv(&b, &first, COUNTERS[i].key, x, known);
+        rc = put_kv(b, &first, COUNTERS[i].key, x, known);
     }
-    if (!rc && RB_TYPE_P(data, T_HASH)) rc = put_result(&b, &first, data);
-    if (!rc) rc = rperf__buf_put_cstr(&b, "}\n");
-    int err = rc ? ENOMEM : write_atomically(p, b.data, b.len);
+    if (!rc && RB_TYPE_P(data, T_HASH)) rc = put_result(b, &first, data, carry);
+    if (!rc) rc = rperf__buf_put_cstr(b, "}\n");
+    return rc;
+}
+
+/* The base the next part's counters grow from: every counter of `v` but
+ * the peak (maxrss_kb, never subtracted), nil where it could not be
+ * read. */
+static VALUE next_base(const long long v[NCOUNTERS])
+{
+    VALUE h = rb_hash_new();
+    for (size_t i = 0; i < NCOUNTERS; i++)
+        if (COUNTERS[i].kind != K_ALL)
+            rb_hash_aset(h, rb_str_new_cstr(COUNTERS[i].key), v[i] < 0 ? Qnil : LL2NUM(v[i]));
+    return h;
+}
+
+char *rperf_rb_stat_part_json(VALUE data, VALUE base, const long long carry[RPERF_RB_STAT_NCOUNTS], VALUE *reading,
+                              size_t *len)
+{
+    long long v[NCOUNTERS];
+    read_counters(v);
+    rperf__buf_t b = {0};
+    if (put_file(&b, v, data, base, carry)) {
+        rperf__buf_free(&b);
+        return NULL;
+    }
+    *reading = next_base(v);
+    *len = b.len;
+    return (char *)b.data;
+}
+
+/* _c_write_part_counters(path, data, base): see the header. A part that
+ * wrote windows counts from its last one (child_windows.c). */
+static VALUE c_write_part_counters(VALUE self, VALUE path, VALUE data, VALUE base)
+{
+    (void)self;
+    FilePathValue(path);
+    const char *p = StringValueCStr(path);
+    long long carry[RPERF_RB_STAT_NCOUNTS] = {0};
+    bool windows = rperf_rb_child_windows_since(path, &base, carry);
+    long long v[NCOUNTERS];
+    read_counters(v);
+    rperf__buf_t b = {0};
+    int rc = put_file(&b, v, data, base, windows ? carry : NULL);
+    int err = rc ? ENOMEM : rperf_rb_stat_write_file(p, b.data, b.len);
     rperf__buf_free(&b);
     if (err) {
         fprintf(stderr, "rperf: writing %s failed: %s\n", p, strerror(err));

@@ -289,9 +289,10 @@ module Rperf
     # <dir>/<pid>.heap.pb.gz, RunDir), its counters (samples, GC, memory,
     # context switches, thread names) in <dir>/<pid>.stat.json
     # (ruby/stat.c; <pid>.<n>.*: the n-th program the process exec'd into,
-    # whose predecessor's run ended at the exec). The command merges them
-    # into one output at exit (ruby/lib/rperf/cli.rb) and prints the stats
-    # block itself.
+    # whose predecessor's run ended at the exec), and while it runs its
+    # windows (RPERF_CHILD_WINDOWS=1, child_windows.c). The command folds
+    # them as they come and merges them into one output at exit
+    # (ruby/lib/rperf/cli.rb) and prints the stats block itself.
 
     # Start the command's run in this process (env auto-start). `opts`:
     # Rperf.start's options from the environment. A process started after
@@ -314,15 +315,17 @@ module Rperf
     # The run `run` just started is this process's part of the run in
     # `dir`: its profile goes to <base>.pb.gz from C at exit and exec (its
     # heap profile beside it), its windows as it goes (a child of
-    # Rperf.start(inherit:): the root's snapshots hold it while it runs,
-    # child_windows.c), its counters to <base>.stat.json, counted from
-    # `stat_base` (nil: from the process's start).
+    # Rperf.start(inherit:), or any process under the rperf command: the
+    # root's snapshots hold it while it runs, and a process killed keeps
+    # its windows; child_windows.c), its counters to <base>.stat.json
+    # (each window's beside it), counted from `stat_base` (nil: from the
+    # process's start), each file from where the previous one ended.
     def __child_part(run, dir, base, windows, stat_base)
       run.child_dir = dir
       run.child_windows = windows
       run.heap_output = "#{base}#{RunDir::HEAP_SUFFIX}" if run.heap_beside
       _c_exit_output(run.output, "pprof", true, nil, run.heap_output) if run.aggregate
-      _c_child_windows(base, CHILD_WINDOW_SECONDS) if windows && run.aggregate
+      _c_child_windows(base, CHILD_WINDOW_SECONDS, stat_base) if windows && run.aggregate
       run.child_stats = "#{base}.stat.json"
       run.stat_base = stat_base
     end

@@ -7,7 +7,9 @@
 # numeric `pid` label on every sample and each process's threads kept
 # apart; `stat` sums the processes into one block; the directory is
 # removed afterwards, those of dead runs at the next start; the command's
-# exit status is kept; a program a process execs into adds its own profile.
+# exit status is kept; a program a process execs into adds its own profile;
+# a process killed with SIGKILL after it wrote a window is in the merged
+# profile and counts, and is named on stderr.
 # Without the CLI, fork children follow Rperf.start's inherit: (the env
 # auto-start: RPERF_INHERIT).
 
@@ -165,6 +167,63 @@ class TestCLIChildren < Test::Unit::TestCase
     assert_empty(Dir.children(@tmp))
   end
 
+  # A forked child killed with SIGKILL (as Puma kills a hung worker) never
+  # writes its last part: every process of the command writes a window
+  # every RPERF_WINDOW_SECONDS, so its windows are in the merged profile,
+  # its counts (samples, allocated objects) in the stats block, and the
+  # command names it on stderr. The child allocates its gadgets, then
+  # works until two more of its windows are on disk (a profile file
+  # <pid>.w<n>.pb.gz is complete: it is renamed into place; the command
+  # folds them only once 8 wait) and kills itself.
+  KILLED = <<~RUBY
+    require "json"
+    def rperf_killed_gadgets = 300_000.times.map { [] }
+    def rperf_killed_work = (#{BURN})
+    def newest_window
+      Dir.children(ENV.fetch("RPERF_CHILD_DIR")).filter_map { |n| n[/\\A\#{$$}\\.w(\\d+)\\.pb\\.gz\\z/, 1]&.to_i }.max || 0
+    end
+    child = fork do
+      rperf_killed_gadgets
+      first = newest_window
+      # (a bound, so that a command writing no window fails the test, not hangs)
+      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 60
+      rperf_killed_work until newest_window >= first + 2 || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+      Process.kill(:KILL, $$)
+    end
+    _, status = Process.wait2(child)
+    File.write("pids", JSON.generate("parent" => $$, "killed" => child, "termsig" => status.termsig))
+  RUBY
+
+  def test_a_process_killed_after_its_windows_is_merged_and_named
+    File.write(File.join(@dir, "killed.rb"), KILLED)
+    env = { "RPERF_WINDOW_SECONDS" => "0.1" }
+    ended = ->(pid) { "rperf: 1 process ended without its last part: pid #{pid} " \
+                      "(its samples up to its last window are included)\n" }
+
+    _, err, st = rperf("stat", "--report", "ruby", "killed.rb", env: env)
+    assert_equal(0, st.exitstatus, err)
+    ids = pids
+    assert_equal(Signal.list["KILL"], ids["termsig"], err)
+    assert_equal([ended.(ids["killed"])], err.lines.grep(/ended without/), err)
+    assert_match(/^ +2     \[Rperf\] Ruby processes profiled$/, err, "the killed child is counted")
+    assert_match(/^ +2     \[Ruby\] detected threads$/, err)
+    assert_match(/^ Cumulative:.*Object#rperf_killed_work /m, err, "its work up to its last window")
+    allocated = err[/^ +(\d+)     \[Ruby\] allocated objects$/, 1]
+    assert_operator(allocated.to_i, :>=, 300_000, "its allocations up to its last window:\n#{err}")
+    assert_empty(Dir.children(@tmp))
+
+    _, err, st = rperf("record", "-o", "killed.pb.gz", "ruby", "killed.rb", env: env)
+    assert_equal(0, st.exitstatus, err)
+    ids = pids
+    assert_equal([ended.(ids["killed"])], err.lines.grep(/ended without/), err)
+    profile = Rperf::Report.load(File.join(@dir, "killed.pb.gz"))
+    by_pid = functions_by_pid(profile)
+    assert_equal([ids["parent"], ids["killed"]].sort, by_pid.keys.sort, err)
+    assert_include(by_pid[ids["killed"]], "Object#rperf_killed_work")
+    assert_not_include(by_pid[ids["parent"]], "Object#rperf_killed_work")
+    assert_empty(Dir.children(@tmp))
+  end
+
   # A process that execs another Ruby program: the profile of each image,
   # both with the same pid, is in the merged output.
   def test_a_program_exec_d_into_keeps_its_predecessor_s_profile
@@ -202,7 +261,8 @@ class TestCLIChildren < Test::Unit::TestCase
       def rperf_cli_gadgets(n) = n.times { $gadgets << RperfCliGadget.new }
       def rperf_fork_work = (#{BURN})
       $gadgets = []
-      pid = fork { rperf_cli_gadgets(50_000); rperf_fork_work }
+      # GC.start: objects are in use as of the last GC
+      pid = fork { rperf_cli_gadgets(50_000); GC.start; rperf_fork_work }
       Process.wait(pid)
       File.write("pids", JSON.generate("parent" => $$, "fork" => pid))
     RUBY

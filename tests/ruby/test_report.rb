@@ -6,7 +6,8 @@
 # same functions, flat and cum as the result Hash they were written from;
 # top tables, units, filters (focus, ignore, thread, labels incl. the
 # numeric thread_seq / ractor labels), --text through the text exporter,
-# diff deltas and order; unreadable files give Report::Error naming the
+# diff deltas and order; the run's sampling count through pprof's
+# comment; unreadable files give Report::Error naming the
 # file (truncated, garbage, empty, invalid JSON, unsupported JSON).
 # Go's re-encoding is in test_interop_report.rb; the command line's error
 # cases in test_cli.rb.
@@ -143,6 +144,30 @@ class TestReport < Test::Unit::TestCase
                  R.export(prof, :text).sub(/^Samples: \d+, Frequency: \d+Hz$/, ""))
     collapsed = R.export(R.load(save("rich.pb.gz", data)), :collapsed)
     assert_equal(Rperf::Collapsed.encode(sanitized(data)).lines.sort, collapsed.lines.sort)
+  end
+
+  # A pprof sample is a distinct stack, not a sample taken: the run's
+  # sampling count travels as rperf's comment "sampling count: N", so a
+  # text report of the file prints the run's Samples (a real run's, many
+  # samples on few stacks; and a merge's sum), and a filtered one does
+  # not claim it.
+  def test_the_sampling_count_survives_pprof
+    data = Rperf.start(frequency: 1000, mode: :cpu) { cpu_spin(0.05) }
+    assert_operator(data[:sampling_count], :>, data[:aggregated_samples].size, "more samples than stacks")
+    prof = R.load(save("run.pb.gz", data))
+    assert_equal(data[:sampling_count], prof.data[:sampling_count])
+    raw = Rperf._decode_pprof(File.binread(File.join(@dir, "run.pb.gz")), "run.pb.gz")
+    assert_include(raw[:comments], "sampling count: #{data[:sampling_count]}")
+    assert_match(/^Samples: #{data[:sampling_count]}, Frequency: 1000Hz$/, R.export(prof, :text))
+    out, err, st = Open3.capture3(RbConfig.ruby, File.expand_path("../../exe/rperf", __dir__), "report", "--text",
+                                  File.join(@dir, "run.pb.gz"))
+    assert(st.success?, err)
+    assert_match(/^Samples: #{data[:sampling_count]}, Frequency: 1000Hz$/, out)
+
+    other = R.load(save("rich.pb.gz", H.rich_profile(:cpu)))
+    assert_equal(50, other.data[:sampling_count])
+    assert_equal(data[:sampling_count] + 50, R.merge([[1, prof], [2, other]]).data[:sampling_count])
+    assert_nil(R.filter(prof, focus: /cpu_spin/).data[:sampling_count], "the filtered samples are not counted")
   end
 
   def test_diff

@@ -5,8 +5,9 @@
 # the children run, read or not; nothing is lost or counted twice across
 # the folds, clearing snapshots and windows; and a child that never
 # delivered its last part (SIGKILL) is named at the root's end, its
-# windows in the profile. Each scenario runs in a child Ruby with a short
-# window interval.
+# windows in the profile; every window carries its counts, so the merged
+# counts are the sums over every part. Each scenario runs in a child Ruby
+# with a short window interval.
 require_relative "helper"
 require "rperf/report"
 
@@ -36,9 +37,10 @@ class TestRunDir < Test::Unit::TestCase
       end
       r
     end
-    # the highest window number of `pid` among the files in `dir` now
+    # the highest window number of `pid` among the profiles in `dir` now
+    # (a window's counters file comes before them)
     def newest_window(dir, pid)
-      Dir.children(dir).filter_map { |n| n[/\A#{pid}\.w(\d+)\./, 1]&.to_i }.max || 0
+      Dir.children(dir).filter_map { |n| n[/\A#{pid}\.w(\d+)\.pb\.gz\z/, 1]&.to_i }.max || 0
     rescue SystemCallError
       0
     end
@@ -175,6 +177,62 @@ class TestRunDir < Test::Unit::TestCase
     assert_equal([], rep["left"], ctx)
   end
 
+  # Each window a child writes carries the counts of its span: the merged
+  # sampling_count is the root's own plus every sample of the child, over
+  # its windows and its last part, whether the stop reads the child's
+  # files (nobody read them before, unless 8 waited) or the root folded
+  # them already (a snapshot in between). The run is deferred, so the child samples only
+  # inside its profile block, which one Rperf::Window of its own spans:
+  # that window's count is the child's whole (the window keeps what each
+  # clear of a written window takes away).
+  def test_the_windows_counts_add_up_in_the_merged_result
+    rep, run = run_scenario(<<~'RUBY')
+      own = nil
+      Rperf.singleton_class.prepend(Module.new do
+        define_method(:__merge_children) { |data, *args, **kw| own = data; super(data, *args, **kw) }
+      end)
+      out = [false, true].map do |snapshot|
+        Rperf.start(frequency: 1000, mode: :cpu, defer: true)
+        Rperf.profile { run_dir_work(0.02) }
+        idle_r, idle_w = IO.pipe
+        res_r, res_w = IO.pipe
+        pid = fork do
+          [idle_w, res_r].each(&:close)
+          w = Rperf::Window.open
+          Rperf.profile { run_dir_work(0.02) until IO.select([idle_r], nil, nil, 0) }
+          res_w.write(w.close[:sampling_count].to_s)
+          res_w.close
+        end
+        [idle_r, res_w].each(&:close)
+        dir = Rperf.__children_dir
+        windows = 0
+        read = false
+        deadline = now + 60
+        while windows < 6 && now < deadline
+          windows = [windows, newest_window(dir, pid)].max
+          read ||= (Rperf.snapshot; true) if snapshot && windows >= 3 # folds the windows so far
+          IO.select(nil, nil, nil, 0.02)
+        end
+        idle_w.close
+        kid = Integer(res_r.read)
+        Process.wait(pid)
+        folded = Rperf.__children_folded?
+        data = Rperf.stop
+        { "windows" => windows, "kid" => kid, "own" => own[:sampling_count], "merged" => data[:sampling_count],
+          "processes" => data[:process_count], "folded" => folded }
+      end
+      child_report(out)
+    RUBY
+    rep.each_with_index do |r, i|
+      ctx = "#{i == 1 ? 'folded' : 'read at the stop'}: #{r.inspect}\n#{run.describe}"
+      assert_operator(r["windows"], :>=, 6, "the child wrote 6 windows: #{ctx}")
+      assert(r["folded"], "the snapshot folded the child's windows: #{ctx}") if i == 1
+      assert_equal(2, r["processes"], ctx)
+      assert_operator(r["kid"], :>, 0, ctx)
+      assert_equal(r["own"] + r["kid"], r["merged"], "the root's samples and every part of the child's: #{ctx}")
+    end
+  end
+
   # A child killed with SIGKILL after it wrote windows: the root's end (its
   # exit, writing output:) names it on stderr, and its windows are in the
   # output. A child that ended normally is not named, nor one still
@@ -187,11 +245,13 @@ class TestRunDir < Test::Unit::TestCase
       running, idle, = fork_worker
       dir = Rperf.__children_dir # made at the first fork
       normal = fork { run_dir_work(0.05) }
-      # each has written a window (the root may fold them meanwhile)
+      # each has written two windows (the root may fold them meanwhile):
+      # the first may hold little more than the child's start, the second
+      # its work
       wrote = {}
       deadline = now + 60
       until wrote.size == 2 || now > deadline
-        [killed, running].each { |pid| wrote[pid] = true if newest_window(dir, pid) > 0 }
+        [killed, running].each { |pid| wrote[pid] = true if newest_window(dir, pid) >= 2 }
         IO.select(nil, nil, nil, 0.02)
       end
       Process.kill(:KILL, killed)

@@ -1,11 +1,15 @@
 # frozen_string_literal: true
 
 # Rperf::Children — the root's side of its forked children's profiles
-# (Rperf.start(inherit:), ruby/lib/rperf/inherit.rb). A running child
+# (Rperf.start(inherit:), ruby/lib/rperf/inherit.rb), and the rperf
+# command's side of its processes' (ruby/lib/rperf/cli.rb: it folds every
+# CHILD_WINDOW_SECONDS while the command runs, and takes every part at
+# its end, final_parts). A running child
 # writes a window into the run's directory every CHILD_WINDOW_SECONDS and
 # its last part when it ends (ruby/child_windows.c, RunDir). The root
 # *folds* them: it reads each part once (ruby/merge.c, _c_run_dir_parts:
-# its profiles and, for a last part, its counters file), hands it to every
+# its profiles and its counters file: each part's counts are those of its
+# own span, so they add up), hands it to every
 # open Rperf::Window it belongs to (written while the window was open),
 # adds it to one aggregate per process, and deletes its files. So the
 # directory holds only what nobody has folded yet, and a snapshot, a
@@ -34,7 +38,8 @@
 #
 # A process whose windows came but whose last part never did, and which
 # is gone at the stop (SIGKILLed, ended with exit!), is named on stderr
-# there; its windows are in the result.
+# there (the rperf command's end too); its windows, and their counts, are
+# in the result.
 #
 # Context: the main Ractor (snapshot, stop, windows), any of its threads.
 
@@ -50,11 +55,18 @@ module Rperf
     # before the fold but handed to Ruby after it (the listener's), while
     # such marks exist.
     RECENT_SECONDS = 60
-    # A part's counts that add up over a process's parts (ruby/merge.c
+    # A part's counts that add up over a process's parts: each part (a
+    # window, the last part) counts its own span (ruby/stat.c; ruby/merge.c
     # sums them over processes too).
     COUNTS = %i[sampling_count trigger_count sampling_time_ns dropped_samples timer_overruns
-                label_sets_overflowed detected_thread_count].freeze
-    ALLOC_COUNTS = %i[sampled dropped live].freeze
+                label_sets_overflowed].freeze
+    ALLOC_COUNTS = %i[sampled dropped].freeze
+    # The process counters of a part's counters file (ruby/stat.c) that add
+    # up over its parts (each the growth over its span); maxrss_kb is a
+    # peak. A counter one part could not read is unknown (nil) for the
+    # process, as ruby/merge.c does over processes.
+    PROCESS_COUNTERS = %w[gc_time_ms gc_count minor_gc_count major_gc_count allocated freed
+                          voluntary involuntary].freeze
     LOCK = Mutex.new
 
     # What a fold read of a part: its file names (time profile first), its
@@ -71,7 +83,10 @@ module Rperf
 
     # A process's parts added up: time samples by stack, thread and labels;
     # allocations summed, the objects in use of its newest part that has
-    # allocations (each holds its process's live heap at its end).
+    # allocations (each holds its process's live heap at its end); the
+    # counts summed, the threads detected the most a part saw (as
+    # ruby/merge.c), the allocations' live count its newest part's; its
+    # process counters summed (the stats block).
     # Copied, not changed, by a fold that adds to it (the state it replaces
     # may still be read by a signal handler's fold).
     class Aggregate
@@ -82,8 +97,10 @@ module Rperf
         @alloc_meta = nil
         @threads = {}
         @counts = {}
+        @threads_seen = nil # detected_thread_count: the largest of its parts'
+        @live = nil # the allocations' live count: [order, value] of its newest part with one
         @meta = {}
-        @counters = [] # the process counters of its last parts (the stats block)
+        @counters = nil # the process counters of its parts, summed
         @first = @last = nil
       end
 
@@ -94,7 +111,7 @@ module Rperf
         @threads = @threads.dup
         @counts = @counts.dup
         @alloc_meta = @alloc_meta&.dup
-        @counters = @counters.dup
+        @counters = @counters&.dup
       end
 
       def add(data, order)
@@ -113,30 +130,42 @@ module Rperf
           @threads[t[:thread_seq]] = was && was[:name] && !t[:name] ? t.merge(name: was[:name]) : t
         end
         COUNTS.each { |k| @counts[k] = @counts.fetch(k, 0) + data[k] if data[k].is_a?(Integer) }
-        @counters << data[:part_counters] if data[:part_counters]
+        if (n = data[:detected_thread_count]).is_a?(Integer) && (@threads_seen.nil? || n > @threads_seen)
+          @threads_seen = n
+        end
+        add_counters(data[:part_counters]) if data[:part_counters].is_a?(Hash)
         return unless (st = data[:start_time_ns])
 
         @first = [@first, st].compact.min
         @last = [@last, st + data[:duration_ns].to_i].compact.max
       end
 
-      # [the process's result Hash, shaped as a part's, and one more for
-      # each process counters beyond the first (a program it exec'd into)]
+      # [the process's result Hash, shaped as a part's]
       def parts
         d = data
-        d[:part_counters] = @counters.first if @counters.first
-        [d, *@counters.drop(1).map do |c|
-          { mode: d[:mode], aggregated_samples: [], label_sets: [{}], threads: [], part_counters: c }
-        end]
+        d[:part_counters] = @counters if @counters
+        [d]
       end
 
       private
+
+      def add_counters(c)
+        sum = @counters ? @counters.dup : {}
+        PROCESS_COUNTERS.each do |k|
+          v = c[k]
+          sum[k] = v.is_a?(Integer) && (!sum.key?(k) || sum[k]) ? v + sum.fetch(k, 0) : nil
+        end
+        rss = c["maxrss_kb"]
+        sum["maxrss_kb"] = rss if rss.is_a?(Integer) && (!sum["maxrss_kb"] || rss > sum["maxrss_kb"])
+        @counters = sum
+      end
 
       def data
         sets = { {} => 0 }
         samples = @samples.map { |(frames, seq, labels), w| [frames, w, seq, sets[labels] ||= sets.size] }
         d = @meta.merge(aggregated_samples: samples, threads: @threads.values.sort_by { |t| t[:thread_seq] })
         d.merge!(@counts)
+        d[:detected_thread_count] = @threads_seen if @threads_seen
         if @alloc_meta
           entries = @allocs.transform_values { |ao, ab| [ao, ab, 0, 0] }
           @inuse&.last&.each do |key, (io, ib)|
@@ -146,6 +175,7 @@ module Rperf
           d[:allocations] = @alloc_meta.merge(samples: entries.map do |(frames, cls, seq, labels), values|
             [frames, cls, *values, seq, sets[labels] ||= sets.size]
           end)
+          d[:allocations][:live] = @live[1] if @live
         end
         d[:label_sets] = sets.keys
         if @first
@@ -166,8 +196,10 @@ module Rperf
           inuse[key] = [io, ib] if inuse && (io.positive? || ib.positive?)
         end
         @inuse = [order, inuse] if inuse
+        live = allocations[:live]
+        @live = [order, live] if live.is_a?(Integer) && (@live.nil? || (order <=> @live[0]) >= 0)
         was = @alloc_meta || {}
-        @alloc_meta = allocations.except(:samples, *ALLOC_COUNTS)
+        @alloc_meta = allocations.except(:samples, :live, *ALLOC_COUNTS)
         ALLOC_COUNTS.each do |k|
           n = was[k].to_i + allocations[k].to_i
           @alloc_meta[k] = n if was.key?(k) || allocations.key?(k)
@@ -198,20 +230,25 @@ module Rperf
       # final: the run's stop; the processes that ended without their last
       # part are named on stderr.
       def merge(data, dir, clear: false, final: false, stats: nil)
-        parts, ended = locked do
-          st, epoch = fold_locked(dir, all: final)
-          procs = st.procs.flat_map { |pid, agg| agg.parts.map { |d| [pid, d] } }
-          if final
-            @state = nil
-            @recent = []
-            @epoch += 1
-          elsif clear
-            publish(State.new(dir, {}, st.names, st.open), epoch)
-          end
-          [procs, final ? st.open.keys.select { |pid| gone?(pid) } : []]
-        end
-        report_ended(ended)
-        Rperf._c_merge_parts(data, parts.sort_by { |pid, d| [d[:start_time_ns] || 0, pid] }, stats)
+        parts, ended = collect(dir, clear: clear, final: final)
+        warn ended_line(ended) unless ended.empty?
+        Rperf._c_merge_parts(data, parts, stats)
+      end
+
+      # The end of a run whose root is the rperf command (ruby/lib/rperf/cli.rb,
+      # which folds while the command runs): every part in `dir` folded ->
+      # [[[pid, result Hash], ...] oldest first, one per process, [pid] of
+      # the processes gone without their last part].
+      def final_parts(dir)
+        collect(dir, final: true)
+      end
+
+      # The line naming processes that ended without their last part.
+      def ended_line(pids)
+        one = pids.size == 1
+        "rperf: #{pids.size} #{one ? 'process' : 'processes'} ended without #{one ? 'its' : 'their'} last part: " \
+          "#{pids.sort.map { |p| "pid #{p}" }.join(', ')} " \
+          "(#{one ? 'its' : 'their'} samples up to #{one ? 'its' : 'their'} last window are included)"
       end
 
       # Runs the block holding LOCK (Rperf::Window: a window is made and
@@ -271,6 +308,25 @@ module Rperf
       end
 
       private
+
+      # [[[pid, result Hash]] oldest first, [pid] ended without their last
+      # part (final only)] after a fold; clear: the aggregates are
+      # consumed; final: the run's end (every part, the state dropped).
+      def collect(dir, clear: false, final: false)
+        parts, ended = locked do
+          st, epoch = fold_locked(dir, all: final)
+          procs = st.procs.flat_map { |pid, agg| agg.parts.map { |d| [pid, d] } }
+          if final
+            @state = nil
+            @recent = []
+            @epoch += 1
+          elsif clear
+            publish(State.new(dir, {}, st.names, st.open), epoch)
+          end
+          [procs, final ? st.open.keys.select { |pid| gone?(pid) } : []]
+        end
+        [parts.sort_by { |pid, d| [d[:start_time_ns] || 0, pid] }, ended]
+      end
 
       # Runs the block holding LOCK, and in a signal handler too (where
       # Mutex#lock raises): it waits for another thread's fold to end. A
@@ -411,15 +467,6 @@ module Rperf
         true
       rescue SystemCallError
         false # another user's process, or no /proc: taken as running
-      end
-
-      def report_ended(pids)
-        return if pids.empty?
-
-        one = pids.size == 1
-        warn "rperf: #{pids.size} #{one ? 'process' : 'processes'} ended without #{one ? 'its' : 'their'} last part: " \
-             "#{pids.sort.map { |p| "pid #{p}" }.join(', ')} " \
-             "(#{one ? 'its' : 'their'} samples up to #{one ? 'its' : 'their'} last window are included)"
       end
     end
   end

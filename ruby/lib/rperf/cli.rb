@@ -9,11 +9,16 @@
 # itself through the library's environment auto-start (ruby/lib/rperf.rb).
 # Every such process (forks and spawned Ruby children too) writes its own
 # pprof, named by its pid, into a private directory of this run
-# (RPERF_CHILD_DIR: $TMPDIR/rperf-run-<cli pid>-<random>, mode 0700); when
-# the command has exited the CLI merges them into one profile with a
-# numeric `pid` label on every sample (Rperf::Report.merge), writes the
-# output / prints the stats block with every process summed, and removes
-# the directory. Directories of runs whose CLI is gone are removed at the
+# (RPERF_CHILD_DIR: $TMPDIR/rperf-run-<cli pid>-<random>, mode 0700): a
+# window every RPERF_WINDOW_SECONDS while it runs (RPERF_CHILD_WINDOWS=1)
+# and the rest at its exit, each with its counters. While the command runs
+# a thread of the CLI folds the windows into one aggregate per process
+# (Rperf::Children) and deletes them; when the command has exited the CLI
+# takes every part and merges them into one profile with a numeric `pid`
+# label on every sample (ruby/merge.c), names the processes that ended
+# without their last part (SIGKILL after a window), writes the output /
+# prints the stats block with every process summed, and removes the
+# directory. Directories of runs whose CLI is gone are removed at the
 # next start. `record -m alloc` samples allocations instead of time
 # (RPERF_MODE=alloc, and RPERF_ALLOC_INTERVAL from --alloc-interval): the
 # processes write heap profiles, merged like time profiles; `record
@@ -33,7 +38,6 @@
 # manual `rperf help` prints.
 
 require "fileutils"
-require "json"
 require "optparse"
 require "rbconfig"
 require "tmpdir"
@@ -52,7 +56,8 @@ module Rperf
     # Variables the CLI owns: unset in the command's environment unless set.
     ENV_KEYS = %w[RPERF_ENABLED RPERF_MODE RPERF_FREQUENCY RPERF_OUTPUT RPERF_FORMAT RPERF_SIGNAL
                   RPERF_BACKEND RPERF_AGGREGATE RPERF_STAT RPERF_VERBOSE RPERF_STAT_COMMAND
-                  RPERF_STAT_REPORT RPERF_CHILD_DIR RPERF_ALLOC_INTERVAL RPERF_ALLOCATIONS].freeze
+                  RPERF_STAT_REPORT RPERF_CHILD_DIR RPERF_CHILD_WINDOWS RPERF_ALLOC_INTERVAL
+                  RPERF_ALLOCATIONS].freeze
     # -m values: record takes alloc too (allocation sampling; the time modes
     # are what stat/exec report on).
     MODES = %w[cpu wall].freeze
@@ -153,14 +158,31 @@ module Rperf
       1
     end
 
-    # The profiles the processes of a run wrote into its directory `dir`,
-    # merged into one Rperf::Report::Profile (a numeric `pid` label on
-    # every sample; nil when no process wrote one), and
-    # [[pid, Profile, counters Hash or nil]] of each process's part.
-    def merge_run_dir(dir)
+    # The profiles the processes of a run wrote into its directory `dir`
+    # (their windows and last parts, with what was folded while the
+    # command ran: Rperf::Children), merged into one
+    # Rperf::Report::Profile (a numeric `pid` label on every sample, each
+    # process's threads numbered apart, every count the processes' sum;
+    # nil when no process wrote one); [[pid, result Hash]] of each
+    # process, oldest first; and [pid] of the processes that ended
+    # without their last part (killed after writing windows). `stats` (a
+    # Hash or nil) gets the processes' counters summed (peak memory: the
+    # largest).
+    def merge_run_dir(dir, stats: nil)
       report = report_library
-      parts = read_run_dir(dir, report)
-      [parts.empty? ? nil : report.merge(parts.map { |pid, prof, _| [pid, prof] }), parts]
+      children = children_library
+      parts, ended = children.final_parts(dir)
+      return [nil, parts, ended] if parts.empty?
+
+      data = library._c_merge_parts(merge_root(parts), parts, stats)
+      data[:process_count] = parts.size # the command runs no profiler of its own
+      spans = parts.filter_map { |_, d| [d[:start_time_ns], d[:duration_ns].to_i] if d[:start_time_ns] }
+      unless spans.empty?
+        data[:start_time_ns] = spans.map(&:first).min
+        data[:duration_ns] = spans.map(&:sum).max - data[:start_time_ns]
+      end
+      type, unit = data[:mode] == :alloc ? %w[inuse_space bytes] : [data[:mode].to_s, "nanoseconds"]
+      [report::Profile.new(file: nil, format: :pprof, type: type, unit: unit, data: data), parts, ended]
     end
 
     private
@@ -387,6 +409,13 @@ module Rperf
       end
     end
 
+    # Rperf::Children (the folding of a run's parts), loaded with the library.
+    def children_library
+      library
+      require "rperf/children"
+      Rperf::Children
+    end
+
     # Rperf::Report (the profile reader), loaded with the library. A rescue
     # clause names its Error class through the returned module, never through
     # a constant that is not loaded when the library could not be.
@@ -525,6 +554,7 @@ module Rperf
         "RPERF_MODE" => s.mode,
         "RPERF_FREQUENCY" => s.frequency.to_s,
         "RPERF_CHILD_DIR" => dir,
+        "RPERF_CHILD_WINDOWS" => "1",
         "RUBYOPT" => ["-rrperf", ENV["RUBYOPT"]].compact.reject(&:empty?).join(" "),
         "RUBYLIB" => [*load_dirs, ENV["RUBYLIB"]].compact.reject(&:empty?).join(File::PATH_SEPARATOR),
       )
@@ -559,7 +589,10 @@ module Rperf
       # `ruby` means the Ruby rperf was built for (rperf.so is tied to it).
       argv = cmd[0] == "ruby" ? [RbConfig.ruby, *cmd[1..]] : cmd
       started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      folder = fold_while_running(dir)
       status = spawn_and_wait(child_env(s, dir), argv)
+      stop_folding(folder)
+      folder = nil
       return status if status.is_a?(Integer)
 
       finish_run(s, cmd, dir, Process.clock_gettime(Process::CLOCK_MONOTONIC) - started)
@@ -567,7 +600,36 @@ module Rperf
       dir = nil
       exit_status(status)
     ensure
+      stop_folding(folder) if folder
       remove_run_dir(dir) if dir
+    end
+
+    # While the command runs, a thread looks at the run's directory every
+    # window interval and folds what the processes wrote whenever
+    # Children::FOLD_AT part files wait (Rperf::Children: each part read
+    # once into one aggregate per process, its files deleted), so that the
+    # directory stays small however long the command runs.
+    # -> [thread, queue] for stop_folding.
+    def fold_while_running(dir)
+      children = children_library
+      seconds = library::CHILD_WINDOW_SECONDS
+      stop = Thread::Queue.new
+      thread = Thread.new do
+        Thread.current.report_on_exception = false
+        until stop.pop(timeout: seconds)
+          waiting = Dir.children(dir).count { |name| Rperf::RunDir::PART.match?(name) }
+          children.fold(dir) if waiting >= children::FOLD_AT
+        end
+      rescue StandardError => e
+        @err.puts "rperf: folding the processes' profiles stopped (they are read at the end): " \
+                  "#{e.class}: #{e.message}"
+      end
+      [thread, stop]
+    end
+
+    def stop_folding((thread, stop))
+      stop << true
+      thread.join
     end
 
     # ---- the run directory ------------------------------------------------
@@ -612,10 +674,13 @@ module Rperf
 
     # ---- merging the processes' profiles ----------------------------------
 
-    # Read every process's profile (and counters) from the run directory,
-    # merge them, write the output, print the stats block.
+    # Merge every process's profile (and counters) from the run directory,
+    # write the output, print the stats block. The processes that ended
+    # without their last part (killed after writing windows) are named.
     def finish_run(s, cmd, dir, real)
-      merged, parts = merge_run_dir(dir)
+      stats = {}
+      merged, parts, ended = merge_run_dir(dir, stats: stats)
+      @err.puts children_library.ended_line(ended) unless ended.empty?
       unless merged
         @err.puts "rperf: no Ruby process of the command was profiled; " \
                   "#{s.subcommand == 'record' ? 'no profile written' : 'no stats'}"
@@ -624,82 +689,44 @@ module Rperf
       data = merged.data
       # pprof does not carry the backend: the one the processes were given
       data[:backend] ||= (s.backend || (s.signal.to_s == "false" ? "nanosleep" : library.backends.first)).to_sym
-      stats = sum_stats(parts.map(&:last))
-      # every count of the merged result: the processes' sum
-      RESULT_COUNTS.each { |key, stat| data[key] = stats[stat] }
-      if data[:allocations]
-        %w[sampled dropped live].each { |k| data[:allocations][k.to_sym] = stats["alloc_#{k}"] }
-      end
       write_output(s, data)
       return if s.subcommand == "record"
 
       t = Process.times # the command and every descendant it waited for
-      c = stats.merge("user_ms" => t.cutime * 1000, "sys_ms" => t.cstime * 1000, "real_ms" => real * 1000,
-                      "processes" => parts.map(&:first).uniq.size)
+      c = stat_counters(data, stats).merge("user_ms" => t.cutime * 1000, "sys_ms" => t.cstime * 1000,
+                                           "real_ms" => real * 1000, "processes" => parts.size)
       @err.puts library.__stat_lines(cmd.join(" "), c, data, report: s.report)
     end
 
-    # -> [[pid, Profile, counters Hash or nil]], in the order the processes
-    # started (then by pid): each process's part, its time profile and (a
-    # run recording allocations beside time) its heap profile as one
-    # (Rperf::RunDir.parts, Report.combine). A file that cannot be read is
-    # reported and left out.
-    def read_run_dir(dir, report)
-      parts = Rperf::RunDir.parts(dir).filter_map do |part|
-        next if part.window # written by children of Rperf.start(inherit:) only
+    # The first part with time samples (else the first) gives the mode and
+    # frequency; allocations, when a part has them, their interval.
+    def merge_root(parts)
+      list = parts.map(&:last)
+      first = list.find { |d| d[:mode] != :alloc } || list.first
+      root = { mode: first[:mode], frequency: first[:frequency], aggregated_samples: [], label_sets: [{}],
+               threads: [] }
+      allocs = list.filter_map { |d| d[:allocations] }
+      return root if allocs.empty?
 
-        time, heap = [part.time, part.heap].map do |path|
-          path && report.load(path)
-        rescue report::Error => e
-          @err.puts "rperf: process #{part.pid}: #{e.message.delete_prefix("#{path}: ")}; left out"
-          nil
-        end
-        prof = report.combine(time, heap) or next
-        stats = read_stats(File.join(dir, "#{part.name}.stat.json"))
-        name_threads(prof.data[:threads], stats)
-        [part.pid, prof, stats]
-      rescue report::Error => e
-        @err.puts "rperf: process #{part.pid}: #{e.message}; left out"
-        nil
-      end
-      parts.sort_by { |pid, prof, _| [prof.data[:start_time_ns] || 0, pid] }
+      root[:allocations] = { samples: [] }
+      interval = allocs.find { |a| a[:interval] }
+      root[:allocations][:interval] = interval[:interval] if interval
+      root
     end
 
-    def read_stats(path)
-      stats = ::JSON.parse(File.read(path))
-      stats.is_a?(Hash) ? stats : nil
-    rescue SystemCallError, ::JSON::ParserError
-      nil
-    end
-
-    # The thread names a process's counters file holds (pprof carries
-    # none): onto the threads of its profile.
-    def name_threads(threads, stats)
-      table = stats && stats["thread_table"]
-      return unless table.is_a?(Array)
-
-      names = table.filter_map { |seq, _ractor, name| [seq, name] if name.is_a?(String) }.to_h
-      threads.each { |t| t[:name] ||= names[t[:thread_seq]] }
-    end
-
-    STAT_KEYS = %w[gc_time_ms gc_count minor_gc_count major_gc_count allocated freed threads samples
-                   triggers sampling_time_ns dropped overruns label_sets_overflowed voluntary involuntary
-                   alloc_sampled alloc_dropped alloc_live].freeze
-    # The merged result's counts and the counters they sum.
+    # The merged result's counts and the counters they are in the stats block.
     RESULT_COUNTS = { sampling_count: "samples", trigger_count: "triggers", sampling_time_ns: "sampling_time_ns",
-                      detected_thread_count: "threads", dropped_samples: "dropped", timer_overruns: "overruns",
-                      label_sets_overflowed: "label_sets_overflowed" }.freeze
+                      detected_thread_count: "threads" }.freeze
+    GC_COUNTERS = %w[gc_time_ms gc_count minor_gc_count major_gc_count allocated freed].freeze
 
-    # The processes' counters summed (peak memory: the largest); a counter
-    # some process could not read (context switches, peak memory) is left
-    # out.
-    def sum_stats(list)
-      list = list.compact
-      sum = STAT_KEYS.to_h { |k| [k, list.sum { |c| c[k].is_a?(Numeric) ? c[k] : 0 }] }
-      %w[voluntary involuntary].each { |k| sum[k] = nil unless list.all? { |c| c[k].is_a?(Integer) } }
-      rss = list.map { |c| c["maxrss_kb"] }
-      sum["maxrss_kb"] = rss.all?(Integer) ? rss.max : nil
-      sum
+    # The stats block's counters: the merged counts, the processes'
+    # counters summed (`stats`); a counter some process could not read
+    # (context switches, peak memory) is left out.
+    def stat_counters(data, stats)
+      c = RESULT_COUNTS.to_h { |key, name| [name, data[key].to_i] }
+      GC_COUNTERS.each { |k| c[k] = stats[k].to_i }
+      %w[voluntary involuntary maxrss_kb].each { |k| c[k] = stats[k].is_a?(Integer) ? stats[k] : nil }
+      c
     end
 
     # The merged profile: printed (-p), or written where -o (or record's

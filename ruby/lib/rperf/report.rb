@@ -22,7 +22,9 @@
 #
 # pprof files are decoded by our own C reader (Rperf._decode_pprof,
 # exporters/pprof_decode.c): Go's CPU profiles, profiles re-encoded by
-# `go tool pprof -proto` and ours. The sample type shown is the profile's
+# `go tool pprof -proto` and ours. The samples a run took (:sampling_count,
+# a text report's "Samples:") come from rperf's comment "sampling count:
+# N" (a pprof sample is a distinct stack); a filtered profile has none. The sample type shown is the profile's
 # default one, else its last (as pprof does), unless load's sample_index:
 # names another ("time": the profile's time type; or a sample type name).
 #
@@ -116,6 +118,8 @@ module Rperf
              end
       data[:start_time_ns] = raw[:time_nanos] if raw[:time_nanos].positive?
       data[:duration_ns] = raw[:duration_nanos] if raw[:duration_nanos].positive?
+      count = sampling_count(raw)
+      data[:sampling_count] = count if count
       Profile.new(file: path, format: :pprof, type: type, unit: TIME_UNITS[unit] ? "nanoseconds" : unit, data: data)
     end
 
@@ -159,6 +163,14 @@ module Rperf
       end
       interval = raw[:comments].filter_map { |c| c[/\Aallocation interval: (\d+)\z/, 1]&.to_i }.first
       builder.data(mode: :alloc, frequency: pprof_frequency(raw), interval: interval)
+    end
+
+    # The samples the run took, as rperf's pprof comment "sampling count: N"
+    # tells (a pprof sample is a distinct stack, not a sample taken); nil
+    # when the file does not say (Go's, or written by an older rperf).
+    def sampling_count(raw)
+      raw[:comments].each { |c| return Regexp.last_match(1).to_i if c =~ /\Asampling count: (\d+)\z/ }
+      nil
     end
 
     def pprof_frequency(raw)
@@ -402,6 +414,8 @@ module Rperf
       end
       data[:start_time_ns] = starts.min unless starts.empty?
       data[:duration_ns] = ends.max - starts.min unless ends.empty?
+      counts = parts.map { |_, p| p.data[:sampling_count] }
+      data[:sampling_count] = counts.sum if counts.all?(Integer)
       Profile.new(file: file, format: first.format, type: first.type, unit: first.unit, data: data)
     end
 
@@ -430,7 +444,8 @@ module Rperf
         true
       end
       kept = data[:aggregated_samples].select { |frames, _w, seq, set| keep.(frames, seq, set, nil) }
-      filtered = data.merge(aggregated_samples: kept)
+      # the run's sampling count is not the filtered samples'
+      filtered = data.except(:sampling_count).merge(aggregated_samples: kept)
       if profile.alloc?
         entries = data[:allocations][:samples].select { |e| keep.(e[0], e[6], e[7], e[1]) }
         filtered[:allocations] = data[:allocations].merge(samples: entries)
