@@ -298,7 +298,9 @@ static bool writer_done(bool wait)
 static bool dir_there(VALUE path)
 {
     const char *p = RSTRING_PTR(path);
-    const char *slash = memrchr(p, '/', (size_t)RSTRING_LEN(path));
+    const char *slash = NULL;
+    for (long i = RSTRING_LEN(path); i > 0 && !slash; i--)
+        if (p[i - 1] == '/') slash = p + i - 1;
     if (!slash || slash == p) return true;
     char dir[PATH_MAX];
     size_t n = (size_t)(slash - p);
